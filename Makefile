@@ -1,0 +1,52 @@
+# fleetd — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/fleetd
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+TEST_TIMEOUT ?= 20m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/fleetd
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fleetd
+
+.PHONY: test
+test: ## Run all tests (what CI runs)
+	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-race
+test-race: ## Run all tests with the race detector
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: lint
+lint: ## gofmt check and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: demo
+demo: build ## Run the demo: a local fleet surviving a spot interruption
+	@if [ -x scripts/demo.sh ]; then scripts/demo.sh; else \
+	  echo "The demo arrives with the local provider, rendezvous and agent (issues 3 and 5)."; \
+	  echo "Meanwhile: bin/fleetd serve -dev, then bin/fleetd apply -auto-approve configs/examples/local.hcl"; fi
+
+.PHONY: bench
+bench: ## Run the benchmarks and print their figures
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./fleet/state/...
+	@if [ -x bench/run.sh ]; then bench/run.sh; fi
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 20s)
+	@./scripts/fuzz.sh $${FUZZTIME:-20s}
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf bin
+
+-include mk/*.mk

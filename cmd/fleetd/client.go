@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// clientFlags are the flags every command that talks to the daemon takes.
+type clientFlags struct {
+	addr        string
+	token       string
+	fingerprint string
+	caFile      string
+	json        bool
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", envOr("FLEETD_ADDR", "http://127.0.0.1:7777"), "daemon address (FLEETD_ADDR)")
+	fs.StringVar(&c.fingerprint, "ca-fingerprint", os.Getenv("FLEETD_CA_FINGERPRINT"), "pin the daemon CA by sha256 (FLEETD_CA_FINGERPRINT)")
+	fs.StringVar(&c.caFile, "ca-cert", os.Getenv("FLEETD_CACERT"), "trust this CA certificate file (FLEETD_CACERT)")
+	fs.BoolVar(&c.json, "json", false, "output JSON for machines")
+}
+
+func (c *clientFlags) client() (*api.Client, error) {
+	opts := api.ClientOptions{Token: os.Getenv("FLEETD_TOKEN"), CAFingerprint: c.fingerprint}
+	if c.caFile != "" {
+		b, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, err
+		}
+		opts.CACertPEM = b
+	}
+	return api.NewClient(c.addr, opts)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Truncate(time.Second).String()
+	case d < time.Hour:
+		return d.Truncate(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Truncate(time.Minute).String()
+	}
+	return (d / (24 * time.Hour) * 24 * time.Hour).String()
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// fleetdBinary builds the real binary once per test run: the daemon tests
+// exercise it as users do, as separate processes talking HTTP.
+func fleetdBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fleetd-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fleetd")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type devDaemon struct {
+	cmd   *exec.Cmd
+	addr  string
+	token string
+	done  chan error
+}
+
+// startDaemon runs `fleetd serve -dev` on a fixed data dir and reads the
+// exported address and token from its output.
+func startDaemon(t *testing.T, bin, dataDir, addr string) *devDaemon {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "-dev", "-listen", addr, "-data-dir", dataDir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &devDaemon{cmd: cmd, done: make(chan error, 1)}
+	found := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
+				d.addr = v
+			}
+			if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
+				d.token = v
+				close(found)
+			}
+		}
+	}()
+	go func() { d.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	select {
+	case <-found:
+	case err := <-d.done:
+		t.Fatalf("daemon exited early: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon did not print its token\n%s", logs.String())
+	}
+	// Wait for /healthz: the address is printed before Serve starts.
+	for i := 0; i < 100; i++ {
+		resp, err := http.Get(d.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return d
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("daemon not healthy\n%s", logs.String())
+	return nil
+}
+
+func (d *devDaemon) stop(t *testing.T) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("daemon exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon did not stop on SIGTERM")
+	}
+}
+
+func (d *devDaemon) cli(t *testing.T, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "FLEETD_ADDR="+d.addr, "FLEETD_TOKEN="+d.token)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestDaemonApplyStatusRestart is the foundation's acceptance path: serve
+// -dev, apply the local example, status -json shows it, a restarted daemon
+// still has it, and the API refuses requests without the token.
+func TestDaemonApplyStatusRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := fleetdBinary(t)
+	dataDir := t.TempDir()
+	addr := freeAddr(t)
+	d := startDaemon(t, bin, dataDir, addr)
+	spec := filepath.Join("..", "..", "configs", "examples", "local.hcl")
+
+	out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", spec)
+	if code != 0 {
+		t.Fatalf("apply exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "Applied fleet") {
+		t.Fatalf("apply output: %s", out)
+	}
+	var st api.Status
+	out, errOut, code = d.cli(t, bin, "status", "-json")
+	if code != 0 {
+		t.Fatalf("status exit %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status -json: %v\n%s", err, out)
+	}
+	if len(st.Fleets) != 1 || st.Fleets[0].Generation != 1 {
+		t.Fatalf("status fleets = %+v", st.Fleets)
+	}
+	name := st.Fleets[0].Name
+
+	// Applying the same file again is a no-op: the generation stays.
+	if out, errOut, code = d.cli(t, bin, "apply", "-auto-approve", "-json", spec); code != 0 {
+		t.Fatalf("re-apply exit %d: %s", code, errOut)
+	}
+	var ar api.ApplyResponse
+	if err := json.Unmarshal([]byte(out), &ar); err != nil || ar.Plan.Fleets[0].Action != api.ActionNoop || ar.Fleets[0].Generation != 1 {
+		t.Fatalf("re-apply: %v %+v", err, ar)
+	}
+
+	// No token, wrong token → 401; /healthz needs none.
+	for _, tok := range []string{"", "wrong-token-wrong-token"} {
+		req, _ := http.NewRequest("GET", d.addr+"/v1/status", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("token %q: status %d, want 401", tok, resp.StatusCode)
+		}
+	}
+
+	d.stop(t)
+	d2 := startDaemon(t, bin, dataDir, addr)
+	if d2.token != d.token {
+		t.Fatalf("token changed across restart")
+	}
+	out, errOut, code = d2.cli(t, bin, "status", "-json")
+	if code != 0 {
+		t.Fatalf("status after restart exit %d: %s", code, errOut)
+	}
+	st = api.Status{}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Fleets) != 1 || st.Fleets[0].Name != name {
+		t.Fatalf("after restart: %v %+v", err, st.Fleets)
+	}
+	out, _, code = d2.cli(t, bin, "status", name)
+	if code != 0 || !strings.Contains(out, name) {
+		t.Fatalf("status %s: %d %s", name, code, out)
+	}
+	out, _, code = d2.cli(t, bin, "events")
+	if code != 0 || !strings.Contains(out, "fleet.applied") {
+		t.Fatalf("events: %d %s", code, out)
+	}
+	// Destroy removes a fleet without nodes.
+	if _, errOut, code = d2.cli(t, bin, "destroy", name); code != 0 {
+		t.Fatalf("destroy: %d %s", code, errOut)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, _, code = d2.cli(t, bin, "status", name)
+		if code == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fleet not removed after destroy")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d2.stop(t)
+}
+
+// TestApplyRejectsBrokenSpecLocally checks spec errors are reported by the
+// CLI, with positions, before anything reaches the daemon (exit 2).
+func TestApplyRejectsBrokenSpecLocally(t *testing.T) {
+	bin := fleetdBinary(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(bad, []byte("fleet \"x\" {\n  min_nodes = 3\n  max_nodes = 1\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "apply", "-auto-approve", bad)
+	// An address nobody listens on: the CLI must fail before dialing.
+	cmd.Env = append(os.Environ(), "FLEETD_ADDR=http://127.0.0.1:1", "FLEETD_TOKEN=x")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "bad.hcl:") || strings.Contains(string(out), "connection refused") {
+		t.Fatalf("output:\n%s", out)
+	}
+}

@@ -1,0 +1,296 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/state"
+)
+
+// MaxBodyBytes bounds every request body; a spec larger than this is not a spec.
+const MaxBodyBytes = 1 << 20
+
+// SpecError is returned by the backend when a spec does not parse or validate.
+type SpecError struct {
+	Diagnostics []Diagnostic
+	Rendered    string
+}
+
+func (e *SpecError) Error() string {
+	n := 0
+	for _, d := range e.Diagnostics {
+		if d.Severity == "error" {
+			n++
+		}
+	}
+	return fmt.Sprintf("spec has %d error(s)", n)
+}
+
+// Backend is what the API needs from the daemon.
+type Backend interface {
+	Plan(ctx context.Context, req ApplyRequest) (Plan, error)
+	Apply(ctx context.Context, req ApplyRequest) (ApplyResponse, error)
+	Status(ctx context.Context) (Status, error)
+	Fleet(ctx context.Context, name string) (FleetDetail, error)
+	Destroy(ctx context.Context, name string) (FleetSummary, error)
+	Events(ctx context.Context, since uint64, limit int) ([]state.Event, error)
+	// EventsChanged returns a channel closed at the next appended event.
+	EventsChanged() <-chan struct{}
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	backend Backend
+	token   []byte
+	log     *slog.Logger
+	mux     *http.ServeMux
+	// Extra lets other components (rendezvous, agents, metrics) mount routes
+	// behind the same listener; they do their own auth.
+	Extra *http.ServeMux
+}
+
+// NewServer returns a server that requires the admin token on every route
+// except /healthz.
+func NewServer(b Backend, adminToken string, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{backend: b, token: []byte(adminToken), log: log, mux: http.NewServeMux(), Extra: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.Handle("GET /v1/status", s.admin(s.status))
+	s.mux.Handle("POST /v1/plan", s.admin(s.plan))
+	s.mux.Handle("POST /v1/fleets", s.admin(s.apply))
+	s.mux.Handle("GET /v1/fleets", s.admin(s.fleets))
+	s.mux.Handle("GET /v1/fleets/{name}", s.admin(s.fleet))
+	s.mux.Handle("DELETE /v1/fleets/{name}", s.admin(s.destroy))
+	s.mux.Handle("GET /v1/events", s.admin(s.events))
+	s.mux.Handle("/", s.Extra)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	s.mux.ServeHTTP(w, r)
+}
+
+// BearerToken extracts the bearer token of a request ("" if none).
+func BearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
+		return strings.TrimSpace(h[len(p):])
+	}
+	return ""
+}
+
+// TokenEqual compares tokens in constant time.
+func TokenEqual(got string, want []byte) bool {
+	return len(want) > 0 && subtle.ConstantTimeCompare([]byte(got), want) == 1
+}
+
+func (s *Server) admin(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok := BearerToken(r)
+		if tok == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
+			WriteError(w, http.StatusUnauthorized, errors.New("missing bearer token (set FLEETD_TOKEN)"))
+			return
+		}
+		if !TokenEqual(tok, s.token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd", error="invalid_token"`)
+			WriteError(w, http.StatusUnauthorized, errors.New("invalid token"))
+			return
+		}
+		h(w, r)
+	})
+}
+
+// WriteJSON writes v with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// WriteError writes an Error body.
+func WriteError(w http.ResponseWriter, status int, err error) {
+	WriteJSON(w, status, Error{Error: err.Error()})
+}
+
+// DecodeBody decodes a JSON body strictly, mapping an oversized body to 413.
+func DecodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			WriteError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", mbe.Limit))
+			return false
+		}
+		WriteError(w, http.StatusBadRequest, fmt.Errorf("invalid JSON body: %w", err))
+		return false
+	}
+	if dec.More() {
+		WriteError(w, http.StatusBadRequest, errors.New("invalid JSON body: trailing data"))
+		return false
+	}
+	return true
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var se *SpecError
+	switch {
+	case errors.As(err, &se):
+		WriteJSON(w, http.StatusUnprocessableEntity, Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
+	case errors.Is(err, state.ErrNotFound):
+		WriteError(w, http.StatusNotFound, err)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		WriteError(w, http.StatusServiceUnavailable, err)
+	default:
+		s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		WriteError(w, http.StatusInternalServerError, err)
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, err := s.backend.Status(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
+	var req ApplyRequest
+	if !DecodeBody(w, r, &req) {
+		return
+	}
+	p, err := s.backend.Plan(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+	var req ApplyRequest
+	if !DecodeBody(w, r, &req) {
+		return
+	}
+	resp, err := s.backend.Apply(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) fleets(w http.ResponseWriter, r *http.Request) {
+	st, err := s.backend.Status(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, st.Fleets)
+}
+
+func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
+	d, err := s.backend.Fleet(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
+	f, err := s.backend.Destroy(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, f)
+}
+
+// events serves GET /v1/events?since=N&limit=L&wait=D. With wait, the call
+// long-polls until an event after `since` exists or D passes, so followers
+// (`fleetd events -f`) do not busy-poll.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, fmt.Errorf("since: %w", err))
+			return
+		}
+		since = n
+	}
+	limit := 1000
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > 10000 {
+			WriteError(w, http.StatusBadRequest, errors.New("limit must be 1..10000"))
+			return
+		}
+		limit = n
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 5*time.Minute {
+			WriteError(w, http.StatusBadRequest, errors.New("wait must be a duration up to 5m"))
+			return
+		}
+		wait = d
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		// Subscribe before reading so an event appended in between is not missed.
+		changed := s.backend.EventsChanged()
+		evs, err := s.backend.Events(r.Context(), since, limit)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if len(evs) > 0 || wait == 0 {
+			next := since
+			if len(evs) > 0 {
+				next = evs[len(evs)-1].Seq
+			}
+			if evs == nil {
+				evs = []state.Event{}
+			}
+			WriteJSON(w, http.StatusOK, EventsResponse{Events: evs, Next: next})
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			wait = 0
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// ReadAllLimited reads at most n bytes of r (used by the client for error bodies).
+func ReadAllLimited(r io.Reader, n int64) ([]byte, error) { return io.ReadAll(io.LimitReader(r, n)) }

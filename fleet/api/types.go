@@ -1,0 +1,153 @@
+// Package api is fleetd's HTTP API: the server handlers (over a small
+// Backend interface the daemon implements), auth middleware, and the client
+// the CLI uses. The JSON types here are the wire schema (docs/api.md).
+package api
+
+import (
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/state"
+)
+
+// APIVersion is bumped on incompatible changes of the /v1 schema.
+const APIVersion = "v1"
+
+// ApplyRequest carries a spec file as written; the daemon parses it itself
+// so what it stores is exactly what the user wrote.
+type ApplyRequest struct {
+	Filename string            `json:"filename"`
+	Source   string            `json:"source"`
+	Vars     map[string]string `json:"vars,omitempty"`
+	// BaseDir is the spec's directory on the CLI's machine; Files are the
+	// files its file() calls read there and Env the env() values it used,
+	// so the daemon's parse sees exactly what the CLI saw.
+	BaseDir string            `json:"base_dir,omitempty"`
+	Files   map[string]string `json:"files,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// Diagnostic is one spec problem, with its position.
+type Diagnostic struct {
+	Severity string `json:"severity"` // error | warning
+	Summary  string `json:"summary"`
+	Detail   string `json:"detail,omitempty"`
+	Filename string `json:"filename,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Column   int    `json:"column,omitempty"`
+}
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Error       string       `json:"error"`
+	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
+	// Rendered is the diagnostics as text with source snippets, for humans.
+	Rendered string `json:"rendered,omitempty"`
+}
+
+// PlanAction is what apply would do to one fleet.
+type PlanAction string
+
+const (
+	ActionCreate  PlanAction = "create"
+	ActionUpdate  PlanAction = "update"
+	ActionNoop    PlanAction = "no-op"
+	ActionDestroy PlanAction = "destroy"
+)
+
+// PlannedOffering is one offering the fleet would launch on.
+type PlannedOffering struct {
+	Key          string  `json:"key"`
+	Provider     string  `json:"provider"`
+	Region       string  `json:"region"`
+	Zone         string  `json:"zone"`
+	InstanceType string  `json:"instance_type"`
+	CapacityType string  `json:"capacity_type"`
+	PricePerHour float64 `json:"price_per_hour"`
+	Nodes        int     `json:"nodes"`
+}
+
+// FleetPlan is the plan for one fleet in an applied file.
+type FleetPlan struct {
+	Fleet        string            `json:"fleet"`
+	Action       PlanAction        `json:"action"`
+	Changes      []string          `json:"changes,omitempty"` // human-readable field changes
+	MinNodes     int               `json:"min_nodes"`
+	MaxNodes     int               `json:"max_nodes"`
+	TargetNodes  int               `json:"target_nodes"`
+	CurrentNodes int               `json:"current_nodes"`
+	Launch       int               `json:"launch"`
+	Terminate    int               `json:"terminate"`
+	Offerings    []PlannedOffering `json:"offerings,omitempty"`
+	CostPerHour  float64           `json:"cost_per_hour,omitempty"`
+	Notes        []string          `json:"notes,omitempty"`
+}
+
+// Plan is the response of POST /v1/plan and the first part of apply.
+type Plan struct {
+	Fleets []FleetPlan `json:"fleets"`
+}
+
+// ApplyResponse is the response of POST /v1/fleets.
+type ApplyResponse struct {
+	Plan   Plan           `json:"plan"`
+	Fleets []FleetSummary `json:"fleets"`
+}
+
+// NodeInfo is one node as shown by the API.
+type NodeInfo struct {
+	ID            string          `json:"id"`
+	State         state.NodeState `json:"state"`
+	Reason        string          `json:"reason,omitempty"`
+	Provider      string          `json:"provider"`
+	Region        string          `json:"region"`
+	Zone          string          `json:"zone"`
+	InstanceType  string          `json:"instance_type"`
+	CapacityType  string          `json:"capacity_type"`
+	PricePerHour  float64         `json:"price_per_hour"`
+	InstanceID    string          `json:"instance_id,omitempty"`
+	Address       string          `json:"address,omitempty"`
+	Round         int64           `json:"round,omitempty"`
+	AgeSeconds    float64         `json:"age_seconds"`
+	LastHeartbeat *time.Time      `json:"last_heartbeat,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+}
+
+// FleetSummary is one fleet in list and status responses.
+type FleetSummary struct {
+	Name         string         `json:"name"`
+	Generation   int64          `json:"generation"`
+	Destroying   bool           `json:"destroying,omitempty"`
+	MinNodes     int            `json:"min_nodes"`
+	MaxNodes     int            `json:"max_nodes"`
+	TargetNodes  int            `json:"target_nodes"`
+	NodesByState map[string]int `json:"nodes_by_state"`
+	CostPerHour  float64        `json:"cost_per_hour"`
+	Providers    []string       `json:"providers"`
+	CreatedAt    time.Time      `json:"created_at"`
+	UpdatedAt    time.Time      `json:"updated_at"`
+}
+
+// FleetDetail is the response of GET /v1/fleets/{name}.
+type FleetDetail struct {
+	FleetSummary
+	Filename string     `json:"filename"`
+	Source   string     `json:"source"`
+	Nodes    []NodeInfo `json:"nodes"`
+}
+
+// Status is the response of GET /v1/status.
+type Status struct {
+	APIVersion string         `json:"api_version"`
+	Version    string         `json:"version"`
+	DaemonID   string         `json:"daemon_id"`
+	StartedAt  time.Time      `json:"started_at"`
+	Time       time.Time      `json:"time"`
+	Fleets     []FleetSummary `json:"fleets"`
+}
+
+// EventsResponse is the response of GET /v1/events.
+type EventsResponse struct {
+	Events []state.Event `json:"events"`
+	// Next is the `since` to pass to get the following events.
+	Next uint64 `json:"next"`
+}

@@ -1,0 +1,142 @@
+// Package fleet is the fleetd control daemon: it wires the state store,
+// provider plugins, reconcilers, interruption intake, rendezvous and the API.
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+// Config is the daemon configuration (daemon.hcl).
+type Config struct {
+	// Listen is the API address. Loopback by default: exposing the daemon is a choice.
+	Listen string `hcl:"listen,optional"`
+	// AdvertiseURL is the URL agents on nodes use to reach the daemon;
+	// defaults to the listen address with the right scheme.
+	AdvertiseURL string `hcl:"advertise_url,optional"`
+	DataDir      string `hcl:"data_dir,optional"`
+	PluginDir    string `hcl:"plugin_dir,optional"`
+	// TokenFile holds the admin token; generated (0600) on first start.
+	TokenFile   string         `hcl:"token_file,optional"`
+	OrphanGrace string         `hcl:"orphan_grace,optional"`
+	LogLevel    string         `hcl:"log_level,optional"`
+	TLS         *TLSConfig     `hcl:"tls,block"`
+	Plugins     []PluginConfig `hcl:"plugin,block"`
+
+	// Dev marks a throwaway daemon (temporary data dir, token printed).
+	Dev bool `hcl:"-"`
+	// orphanGrace is OrphanGrace parsed.
+	orphanGrace time.Duration
+}
+
+// TLSConfig enables TLS on the API. With auto (the default when the block is
+// present) the daemon generates a CA and a server certificate in its data dir
+// on first start; agents pin the CA's fingerprint.
+type TLSConfig struct {
+	Enabled  *bool    `hcl:"enabled,optional"`
+	CertFile string   `hcl:"cert_file,optional"`
+	KeyFile  string   `hcl:"key_file,optional"`
+	Hosts    []string `hcl:"hosts,optional"` // extra SANs for the generated certificate
+}
+
+// PluginConfig pins an external provider plugin by checksum.
+type PluginConfig struct {
+	Name   string `hcl:"name,label"`
+	SHA256 string `hcl:"sha256"`
+}
+
+// DefaultConfig is what `fleetd serve` uses without -config.
+func DefaultConfig() Config {
+	return Config{
+		Listen:      "127.0.0.1:7777",
+		DataDir:     "/var/lib/fleetd",
+		PluginDir:   "/usr/lib/fleetd/plugins",
+		OrphanGrace: "5m",
+		LogLevel:    "info",
+	}
+}
+
+// LoadConfig reads a daemon.hcl file over the defaults. Diagnostics carry
+// positions; the caller renders them.
+func LoadConfig(path string) (Config, map[string]*hcl.File, hcl.Diagnostics) {
+	cfg := DefaultConfig()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Cannot read daemon config", Detail: err.Error()}}
+	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses daemon config source.
+func ParseConfig(filename string, src []byte) (Config, map[string]*hcl.File, hcl.Diagnostics) {
+	cfg := DefaultConfig()
+	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	files := map[string]*hcl.File{filename: f}
+	if diags.HasErrors() {
+		return cfg, files, diags
+	}
+	diags = append(diags, gohcl.DecodeBody(f.Body, nil, &cfg)...)
+	if diags.HasErrors() {
+		return cfg, files, diags
+	}
+	if err := cfg.finish(filepath.Dir(filename)); err != nil {
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid daemon config", Detail: err.Error(), Subject: f.Body.MissingItemRange().Ptr()})
+	}
+	return cfg, files, diags
+}
+
+// finish validates and fills derived fields; relative paths are relative to base.
+func (c *Config) finish(base string) error {
+	if c.OrphanGrace == "" {
+		c.OrphanGrace = "5m"
+	}
+	d, err := time.ParseDuration(c.OrphanGrace)
+	if err != nil || d < 0 {
+		return fmt.Errorf("orphan_grace %q is not a duration", c.OrphanGrace)
+	}
+	c.orphanGrace = d
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) || base == "" {
+			return p
+		}
+		return filepath.Join(base, p)
+	}
+	c.DataDir, c.PluginDir, c.TokenFile = abs(c.DataDir), abs(c.PluginDir), abs(c.TokenFile)
+	if c.TLS != nil {
+		c.TLS.CertFile, c.TLS.KeyFile = abs(c.TLS.CertFile), abs(c.TLS.KeyFile)
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			return fmt.Errorf("tls: cert_file and key_file must be set together")
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Plugins {
+		if seen[p.Name] {
+			return fmt.Errorf("plugin %q is configured twice", p.Name)
+		}
+		seen[p.Name] = true
+		if len(p.SHA256) != 64 {
+			return fmt.Errorf("plugin %q: sha256 must be 64 hex characters", p.Name)
+		}
+	}
+	if c.TokenFile == "" && c.DataDir != "" {
+		c.TokenFile = filepath.Join(c.DataDir, "token")
+	}
+	return nil
+}
+
+// Finish is finish for configs built in code (flags, -dev).
+func (c *Config) Finish() error { return c.finish("") }
+
+// TLSEnabled reports whether the API serves TLS.
+func (c *Config) TLSEnabled() bool {
+	return c.TLS != nil && (c.TLS.Enabled == nil || *c.TLS.Enabled)
+}
+
+// OrphanGraceDuration is the parsed orphan_grace.
+func (c *Config) OrphanGraceDuration() time.Duration { return c.orphanGrace }

@@ -1,0 +1,264 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+)
+
+// Options are the daemon's injected dependencies.
+type Options struct {
+	Config  Config
+	Version string
+	Logger  *slog.Logger
+	// Schema looks up a provider's config schema for decoding spec blocks.
+	Schema func(provider string) (providers.ConfigSchema, bool)
+	// Now is the clock; time.Now when nil. Injected so tests and the
+	// simulator control time.
+	Now func() time.Time
+}
+
+// Daemon is one running fleetd control daemon.
+type Daemon struct {
+	cfg     Config
+	opts    Options
+	log     *slog.Logger
+	store   *state.BoltStore
+	now     func() time.Time
+	started time.Time
+
+	daemonID   string
+	token      string
+	nodeSecret []byte
+	ca         *CA
+
+	api      *api.Server
+	listener net.Listener
+	httpSrv  *http.Server
+
+	evMu     sync.Mutex
+	evNotify chan struct{} // closed and replaced at every appended event
+
+	kickc chan struct{}
+
+	specMu    sync.Mutex
+	specCache map[string]cachedSpec
+}
+
+// New opens the state and prepares the API; it does not listen yet.
+func New(ctx context.Context, opts Options) (*Daemon, error) {
+	cfg := opts.Config
+	if cfg.DataDir == "" {
+		return nil, errors.New("data_dir is not set")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{Now: now})
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1)}
+	if err := d.initIdentity(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := d.loadNodeSecret(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("node secret: %w", err)
+	}
+	if cfg.TLSEnabled() && cfg.TLS.CertFile == "" {
+		if d.ca, err = loadOrCreateCA(cfg.DataDir); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+	}
+	d.api = api.NewServer(d, d.token, log)
+	return d, nil
+}
+
+// initIdentity loads or creates the daemon id (in state) and admin token (file, 0600).
+func (d *Daemon) initIdentity(ctx context.Context) error {
+	err := d.store.Update(ctx, func(tx state.Tx) error {
+		id, err := tx.Meta("daemon_id")
+		if err != nil {
+			return err
+		}
+		if len(id) == 0 {
+			id = []byte("d-" + randHex(6))
+			if err := tx.SetMeta("daemon_id", id); err != nil {
+				return err
+			}
+		}
+		d.daemonID = string(id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("daemon id: %w", err)
+	}
+	b, err := os.ReadFile(d.cfg.TokenFile)
+	switch {
+	case err == nil:
+		d.token = strings.TrimSpace(string(b))
+		if len(d.token) < 16 {
+			return fmt.Errorf("token file %s: token too short (need ≥ 16 characters)", d.cfg.TokenFile)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		d.token = "fleetd_" + randHex(24)
+		if err := writeFileAtomic(d.cfg.TokenFile, []byte(d.token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write token: %w", err)
+		}
+	default:
+		return fmt.Errorf("read token: %w", err)
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// Token is the admin token (never logged).
+func (d *Daemon) Token() string { return d.token }
+
+// DaemonID identifies this deployment's daemon in instance tags.
+func (d *Daemon) DaemonID() string { return d.daemonID }
+
+// Store is the daemon's state store.
+func (d *Daemon) Store() state.Store { return d.store }
+
+// CA is the daemon's CA, or nil when TLS uses configured certificates or is off.
+func (d *Daemon) CA() *CA { return d.ca }
+
+// Handler is the HTTP handler of the API (for tests that serve it themselves).
+func (d *Daemon) Handler() http.Handler { return d.api }
+
+// Listen binds the API address; Addr is valid afterwards.
+func (d *Daemon) Listen() error {
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", d.cfg.Listen, err)
+	}
+	if d.cfg.TLSEnabled() {
+		var cert tls.Certificate
+		if d.cfg.TLS.CertFile != "" {
+			cert, err = tls.LoadX509KeyPair(d.cfg.TLS.CertFile, d.cfg.TLS.KeyFile)
+		} else {
+			host, _, _ := net.SplitHostPort(ln.Addr().String())
+			cert, err = d.ca.ServerCert(append([]string{host}, d.cfg.TLS.Hosts...))
+		}
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("tls: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	d.listener = ln
+	return nil
+}
+
+// URL is the base URL clients and agents use.
+func (d *Daemon) URL() string {
+	if d.cfg.AdvertiseURL != "" {
+		return d.cfg.AdvertiseURL
+	}
+	scheme := "http"
+	if d.cfg.TLSEnabled() {
+		scheme = "https"
+	}
+	addr := d.cfg.Listen
+	if d.listener != nil {
+		addr = d.listener.Addr().String()
+	}
+	return scheme + "://" + addr
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully.
+func (d *Daemon) Run(ctx context.Context) error {
+	if d.listener == nil {
+		if err := d.Listen(); err != nil {
+			return err
+		}
+	}
+	d.httpSrv = &http.Server{Handler: d.api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- d.httpSrv.Serve(d.listener) }()
+	go d.reconcileLoop(ctx)
+	d.kick()
+	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	d.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Long-polls are cut short by Shutdown's deadline; that is fine: clients retry.
+	if err := d.httpSrv.Shutdown(sctx); err != nil {
+		d.httpSrv.Close()
+	}
+	return nil
+}
+
+// Close releases the state store; call after Run returns.
+func (d *Daemon) Close() error { return d.store.Close() }
+
+// appendEvents persists events in tx and wakes long-polls after commit.
+func (d *Daemon) notifyEvents() {
+	d.evMu.Lock()
+	close(d.evNotify)
+	d.evNotify = make(chan struct{})
+	d.evMu.Unlock()
+}
+
+// EventsChanged implements api.Backend.
+func (d *Daemon) EventsChanged() <-chan struct{} {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	return d.evNotify
+}
+
+// Events implements api.Backend.
+func (d *Daemon) Events(ctx context.Context, since uint64, limit int) ([]state.Event, error) {
+	return d.store.Events(ctx, since, limit)
+}
+
+// update runs fn in a durable transaction and wakes event followers.
+func (d *Daemon) update(ctx context.Context, fn func(state.Tx) error) error {
+	err := d.store.Update(ctx, fn)
+	if err == nil {
+		d.notifyEvents()
+	}
+	return err
+}

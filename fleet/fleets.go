@@ -1,0 +1,383 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
+)
+
+type cachedSpec struct {
+	generation int64
+	fleet      *spec.Fleet
+}
+
+// parseRequest parses a spec sent by a client. Diagnostics become an
+// *api.SpecError with positions and a rendered form.
+func (d *Daemon) parseRequest(req api.ApplyRequest) (*spec.File, error) {
+	if strings.TrimSpace(req.Source) == "" {
+		return nil, &api.SpecError{Diagnostics: []api.Diagnostic{{Severity: "error", Summary: "Empty spec", Filename: req.Filename}}}
+	}
+	filename := req.Filename
+	if filename == "" {
+		filename = "fleet.hcl"
+	}
+	f, files, diags := d.parse(state.Fleet{Filename: filename, Source: []byte(req.Source), Vars: req.Vars, BaseDir: req.BaseDir, Files: req.Files, Env: req.Env})
+	if diags.HasErrors() {
+		return nil, specError(files, diags)
+	}
+	return f, nil
+}
+
+// parse parses a spec as the CLI did: with its variable values, its
+// directory, the files it read and the env() values it used; never the
+// daemon's own filesystem or environment.
+func (d *Daemon) parse(in state.Fleet) (*spec.File, map[string]*hcl.File, hcl.Diagnostics) {
+	env := make([]string, 0, len(in.Env))
+	for k, v := range in.Env {
+		env = append(env, k+"="+v)
+	}
+	readFile := func(path string) ([]byte, error) {
+		if c, ok := in.Files[path]; ok {
+			return []byte(c), nil
+		}
+		return nil, errors.New("not sent by the CLI (file() must name files readable where fleetd apply runs)")
+	}
+	f, diags := spec.Parse(in.Filename, in.Source, spec.Options{Vars: in.Vars, Schema: d.opts.Schema, Env: env, BaseDir: in.BaseDir, ReadFile: readFile})
+	var files map[string]*hcl.File
+	if f != nil {
+		files = f.Files
+	}
+	return f, files, diags
+}
+
+func specError(files map[string]*hcl.File, diags hcl.Diagnostics) *api.SpecError {
+	se := &api.SpecError{}
+	for _, dg := range diags {
+		ad := api.Diagnostic{Severity: "error", Summary: dg.Summary, Detail: dg.Detail}
+		if dg.Severity == hcl.DiagWarning {
+			ad.Severity = "warning"
+		}
+		if dg.Subject != nil {
+			ad.Filename, ad.Line, ad.Column = dg.Subject.Filename, dg.Subject.Start.Line, dg.Subject.Start.Column
+		}
+		se.Diagnostics = append(se.Diagnostics, ad)
+	}
+	var buf bytes.Buffer
+	_ = spec.WriteDiagnostics(&buf, files, diags, 100, false)
+	se.Rendered = buf.String()
+	return se
+}
+
+// fleetSpec returns the decoded spec of a stored fleet, cached per generation.
+func (d *Daemon) fleetSpec(f state.Fleet) (*spec.Fleet, error) {
+	d.specMu.Lock()
+	c, ok := d.specCache[f.Name]
+	d.specMu.Unlock()
+	if ok && c.generation == f.Generation {
+		return c.fleet, nil
+	}
+	file, files, diags := d.parse(f)
+	if diags.HasErrors() {
+		// A spec that was valid when applied can fail after an upgrade that
+		// tightened validation; say so instead of silently dropping the fleet.
+		return nil, fmt.Errorf("stored spec of fleet %q no longer parses: %w", f.Name, specError(files, diags))
+	}
+	for _, fl := range file.Fleets {
+		if fl.Name == f.Name {
+			d.specMu.Lock()
+			d.specCache[f.Name] = cachedSpec{generation: f.Generation, fleet: fl}
+			d.specMu.Unlock()
+			return fl, nil
+		}
+	}
+	return nil, fmt.Errorf("stored spec of fleet %q does not contain it", f.Name)
+}
+
+// sections is how a fleet spec is compared for plans: each named section
+// rendered as canonical JSON without source positions.
+func sections(f *spec.Fleet) map[string]string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	provs := make([]string, 0, len(f.Providers))
+	for _, p := range f.Providers {
+		provs = append(provs, p.Name+"="+string(p.Config))
+	}
+	sort.Strings(provs)
+	return map[string]string{
+		"nodes":      fmt.Sprintf("min=%d max=%d desired=%d", f.MinNodes, f.MaxNodes, f.DesiredNodes),
+		"node":       enc(f.Node),
+		"placement":  enc(f.Placement),
+		"deadline":   enc([]any{f.Deadline, f.Work}),
+		"providers":  strings.Join(provs, "\n"),
+		"training":   enc(f.Training),
+		"rendezvous": enc(f.Rendezvous),
+	}
+}
+
+func diffSpecs(old, new *spec.Fleet) []string {
+	a, b := sections(old), sections(new)
+	var out []string
+	for k, v := range b {
+		if a[k] != v {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func providerNames(f *spec.Fleet) []string {
+	out := make([]string, 0, len(f.Providers))
+	for _, p := range f.Providers {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// plan computes what applying file would do, reading current state in tx.
+func (d *Daemon) plan(tx state.Tx, file *spec.File) (api.Plan, error) {
+	var p api.Plan
+	for _, fl := range file.Fleets {
+		fp := api.FleetPlan{Fleet: fl.Name, MinNodes: fl.MinNodes, MaxNodes: fl.MaxNodes, TargetNodes: fl.TargetNodes()}
+		cur, err := tx.Fleet(fl.Name)
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			fp.Action = api.ActionCreate
+		case err != nil:
+			return p, err
+		default:
+			old, err := d.fleetSpec(cur)
+			if err != nil {
+				fp.Action, fp.Changes = api.ActionUpdate, []string{"stored spec unreadable: replaced"}
+			} else if ch := diffSpecs(old, fl); len(ch) > 0 {
+				fp.Action, fp.Changes = api.ActionUpdate, ch
+			} else {
+				fp.Action = api.ActionNoop
+			}
+			if cur.Destroying {
+				fp.Action = api.ActionUpdate
+				fp.Changes = append(fp.Changes, "cancel destroy")
+			}
+			nodes, err := tx.Nodes(fl.Name)
+			if err != nil {
+				return p, err
+			}
+			for _, n := range nodes {
+				if live(n.State) {
+					fp.CurrentNodes++
+				}
+			}
+		}
+		if fp.TargetNodes > fp.CurrentNodes {
+			fp.Launch = fp.TargetNodes - fp.CurrentNodes
+		} else {
+			fp.Terminate = fp.CurrentNodes - fp.TargetNodes
+		}
+		d.planOfferings(tx, fl, &fp)
+		p.Fleets = append(p.Fleets, fp)
+	}
+	return p, nil
+}
+
+// live reports whether a node in state s counts toward the fleet's size.
+func live(s state.NodeState) bool {
+	switch s {
+	case state.NodeTerminated, state.NodeFailed, state.NodeTerminating, state.NodeDraining:
+		return false
+	}
+	return true
+}
+
+// Plan implements api.Backend.
+func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, error) {
+	file, err := d.parseRequest(req)
+	if err != nil {
+		return api.Plan{}, err
+	}
+	var p api.Plan
+	err = d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		p, err = d.plan(tx, file)
+		return err
+	})
+	return p, err
+}
+
+// Apply implements api.Backend: store every fleet of the file (a new
+// generation when changed) and record the change in the event log, in one
+// durable transaction.
+func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResponse, error) {
+	file, err := d.parseRequest(req)
+	if err != nil {
+		return api.ApplyResponse{}, err
+	}
+	var resp api.ApplyResponse
+	err = d.update(ctx, func(tx state.Tx) error {
+		p, err := d.plan(tx, file)
+		if err != nil {
+			return err
+		}
+		resp.Plan = p
+		for i, fl := range file.Fleets {
+			fp := p.Fleets[i]
+			var stored state.Fleet
+			if fp.Action == api.ActionNoop {
+				if stored, err = tx.Fleet(fl.Name); err != nil {
+					return err
+				}
+			} else {
+				stored, err = tx.PutFleet(state.Fleet{Name: fl.Name, Filename: req.Filename, Source: []byte(req.Source), Vars: req.Vars,
+					BaseDir: req.BaseDir, Files: req.Files, Env: req.Env})
+				if err != nil {
+					return err
+				}
+				msg := fmt.Sprintf("fleet %s %sd (generation %d, target %d nodes)", fl.Name, fp.Action, stored.Generation, fl.TargetNodes())
+				if len(fp.Changes) > 0 {
+					msg += ": changed " + strings.Join(fp.Changes, ", ")
+				}
+				if _, err := tx.AppendEvent(state.Event{Fleet: fl.Name, Type: "fleet.applied", Message: msg,
+					Data: map[string]string{"action": string(fp.Action), "generation": fmt.Sprint(stored.Generation)}}); err != nil {
+					return err
+				}
+			}
+			sum, err := d.summary(tx, stored, fl)
+			if err != nil {
+				return err
+			}
+			resp.Fleets = append(resp.Fleets, sum)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.ApplyResponse{}, err
+	}
+	d.kick()
+	return resp, nil
+}
+
+// summary builds the API view of a fleet.
+func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetSummary, error) {
+	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
+	if fl != nil {
+		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
+	}
+	if f.Destroying {
+		s.TargetNodes = 0
+	}
+	nodes, err := tx.Nodes(f.Name)
+	if err != nil {
+		return s, err
+	}
+	for _, n := range nodes {
+		s.NodesByState[string(n.State)]++
+		if n.State != state.NodeTerminated && n.State != state.NodeFailed && n.State != state.NodeRequested {
+			s.CostPerHour += n.Offering.PricePerHour
+		}
+	}
+	return s, nil
+}
+
+// Status implements api.Backend.
+func (d *Daemon) Status(ctx context.Context) (api.Status, error) {
+	st := api.Status{APIVersion: api.APIVersion, Version: d.opts.Version, DaemonID: d.daemonID, StartedAt: d.started, Time: d.now(), Fleets: []api.FleetSummary{}}
+	err := d.store.View(ctx, func(tx state.Tx) error {
+		fleets, err := tx.Fleets()
+		if err != nil {
+			return err
+		}
+		for _, f := range fleets {
+			fl, err := d.fleetSpec(f)
+			if err != nil {
+				d.log.Warn("fleet spec unreadable", "fleet", f.Name, "err", err)
+			}
+			s, err := d.summary(tx, f, fl)
+			if err != nil {
+				return err
+			}
+			st.Fleets = append(st.Fleets, s)
+		}
+		return nil
+	})
+	return st, err
+}
+
+// Fleet implements api.Backend.
+func (d *Daemon) Fleet(ctx context.Context, name string) (api.FleetDetail, error) {
+	var det api.FleetDetail
+	err := d.store.View(ctx, func(tx state.Tx) error {
+		f, err := tx.Fleet(name)
+		if err != nil {
+			return fmt.Errorf("fleet %q: %w", name, err)
+		}
+		fl, _ := d.fleetSpec(f)
+		if det.FleetSummary, err = d.summary(tx, f, fl); err != nil {
+			return err
+		}
+		det.Filename, det.Source = f.Filename, string(f.Source)
+		nodes, err := tx.Nodes(name)
+		if err != nil {
+			return err
+		}
+		det.Nodes = make([]api.NodeInfo, 0, len(nodes))
+		now := d.now()
+		for _, n := range nodes {
+			det.Nodes = append(det.Nodes, nodeInfo(n, now))
+		}
+		return nil
+	})
+	return det, err
+}
+
+func nodeInfo(n state.Node, now time.Time) api.NodeInfo {
+	ni := api.NodeInfo{ID: n.ID, State: n.State, Reason: n.Reason, Provider: n.Offering.Provider, Region: n.Offering.Region,
+		Zone: n.Offering.Zone, InstanceType: n.Offering.InstanceType, CapacityType: string(n.Offering.CapacityType),
+		PricePerHour: n.Offering.PricePerHour, InstanceID: n.InstanceID, Address: n.Address, Round: n.Round,
+		AgeSeconds: now.Sub(n.CreatedAt).Seconds(), CreatedAt: n.CreatedAt}
+	if !n.LastHeartbeat.IsZero() {
+		hb := n.LastHeartbeat
+		ni.LastHeartbeat = &hb
+	}
+	return ni
+}
+
+// Destroy implements api.Backend: the fleet is marked destroying; the
+// reconciler terminates its nodes and deletes the record when none is left.
+func (d *Daemon) Destroy(ctx context.Context, name string) (api.FleetSummary, error) {
+	var sum api.FleetSummary
+	err := d.update(ctx, func(tx state.Tx) error {
+		f, err := tx.Fleet(name)
+		if err != nil {
+			return fmt.Errorf("fleet %q: %w", name, err)
+		}
+		if !f.Destroying {
+			f.Destroying = true
+			if f, err = tx.PutFleet(f); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvent(state.Event{Fleet: name, Type: "fleet.destroying", Message: fmt.Sprintf("fleet %s: destroy requested", name)}); err != nil {
+				return err
+			}
+		}
+		fl, _ := d.fleetSpec(f)
+		sum, err = d.summary(tx, f, fl)
+		return err
+	})
+	if err != nil {
+		return sum, err
+	}
+	d.kick()
+	return sum, nil
+}

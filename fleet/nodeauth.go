@@ -1,0 +1,95 @@
+package fleet
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+)
+
+// Node tokens are derived, not stored: token = HMAC(node secret, fleet/node).
+// A daemon that crashes between persisting a node and launching it renders
+// the same user-data again after restart, so the provider's idempotent
+// Create and the agent's token still agree; and a leaked state file holds no
+// tokens. The secret lives in data_dir/node-secret (0600).
+func (d *Daemon) loadNodeSecret() error {
+	p := filepath.Join(d.cfg.DataDir, "node-secret")
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		d.nodeSecret, err = hex.DecodeString(strings.TrimSpace(string(b)))
+		if err != nil || len(d.nodeSecret) < 32 {
+			return fmt.Errorf("node secret %s is damaged", p)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		s := randHex(32)
+		if err := writeFileAtomic(p, []byte(s+"\n"), 0o600); err != nil {
+			return err
+		}
+		d.nodeSecret, _ = hex.DecodeString(s)
+		return nil
+	}
+	return err
+}
+
+// NodeToken is the bearer token of one node's agent.
+func (d *Daemon) NodeToken(fleetName, nodeID string) string {
+	m := hmac.New(sha256.New, d.nodeSecret)
+	m.Write([]byte(fleetName + "/" + nodeID))
+	return "fleetd_node_" + hex.EncodeToString(m.Sum(nil))
+}
+
+var (
+	errUnauthorized = errors.New("unauthorized")
+	errForbidden    = errors.New("forbidden")
+)
+
+// authorizeNode checks that the request carries the token of exactly this
+// node (or the admin token). A node's token cannot act on another node.
+func (d *Daemon) authorizeNode(r *http.Request, fleetName, nodeID string) error {
+	tok := api.BearerToken(r)
+	if tok == "" {
+		return fmt.Errorf("%w: missing bearer token", errUnauthorized)
+	}
+	if api.TokenEqual(tok, []byte(d.token)) {
+		return nil
+	}
+	if !strings.HasPrefix(tok, "fleetd_node_") {
+		return fmt.Errorf("%w: invalid token", errUnauthorized)
+	}
+	if fleetName == "" || nodeID == "" {
+		return fmt.Errorf("%w: a node token acts only on its own node", errForbidden)
+	}
+	if !api.TokenEqual(tok, []byte(d.NodeToken(fleetName, nodeID))) {
+		return fmt.Errorf("%w: token is not valid for node %s/%s", errForbidden, fleetName, nodeID)
+	}
+	// The node must exist: a token for a forgotten node is dead.
+	err := d.store.View(context.Background(), func(tx state.Tx) error {
+		_, err := tx.Node(fleetName, nodeID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w: unknown node %s/%s", errForbidden, fleetName, nodeID)
+	}
+	return nil
+}
+
+// writeAuthError maps an authorization error to 401/403.
+func writeAuthError(w http.ResponseWriter, err error) {
+	status := http.StatusForbidden
+	if errors.Is(err, errUnauthorized) {
+		status = http.StatusUnauthorized
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
+	}
+	api.WriteError(w, status, err)
+}

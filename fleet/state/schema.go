@@ -1,0 +1,96 @@
+package state
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The on-disk layout. Every bucket and meta key fleetd uses is declared here
+// and nowhere else, so a layout change is one reviewable diff plus a
+// migration below.
+//
+//	meta/                    daemon metadata; values are opaque bytes owned by their writer
+//	    schema_version       decimal ASCII, e.g. "1" (written by the store only)
+//	    daemon_id            16 lowercase hex chars, random at creation (written by the store only)
+//	    created_at           RFC 3339 time the file was created
+//	    <other keys>         free for the daemon (Tx.SetMeta)
+//	fleets/                  fleet name → Fleet JSON
+//	nodes/                   one nested bucket per fleet, deleted with the fleet
+//	    <fleet name>/        node id → Node JSON
+//	events/                  big-endian uint64 seq → Event JSON; seq comes from the
+//	                         bucket's NextSequence, so it is strictly increasing and
+//	                         survives restarts
+//	offerings/               providers.Offering.Key() → OfferingRecord JSON
+//
+// All values except meta are JSON, so a state file can be inspected with
+// `bbolt get` and read by a future fleetd without this package's Go types.
+var (
+	bucketMeta      = []byte("meta")
+	bucketFleets    = []byte("fleets")
+	bucketNodes     = []byte("nodes")
+	bucketEvents    = []byte("events")
+	bucketOfferings = []byte("offerings")
+)
+
+// topBuckets are created with a new state file and must exist in every file
+// at the current schema version.
+var topBuckets = [][]byte{bucketMeta, bucketFleets, bucketNodes, bucketEvents, bucketOfferings}
+
+// Meta keys written by the store. Tx.SetMeta refuses them: a changed schema
+// version or daemon id would orphan the data or the cloud instances.
+const (
+	MetaSchemaVersion = "schema_version"
+	MetaDaemonID      = "daemon_id"
+	MetaCreatedAt     = "created_at"
+)
+
+// SchemaVersion is the layout version this fleetd writes. Bump it together
+// with a new entry in migrations whenever the layout above changes in a way
+// an older fleetd could misread.
+const SchemaVersion = 1
+
+// migration upgrades a state file from schema version from to from+1. It runs
+// on the raw bbolt transaction because the typed Tx only knows the current
+// layout. All pending migrations run in one transaction after the file has
+// been copied to <path>.bak-v<old>.
+type migration struct {
+	from  int
+	name  string
+	apply func(tx *bolt.Tx) error
+}
+
+// migrations holds one entry per past layout change, in order. There are no
+// old layouts yet.
+var migrations []migration
+
+// schema is the target of Open: a version and the migrations that reach it.
+// Production code uses currentSchema; tests pass their own to exercise the
+// migration machinery.
+type schema struct {
+	version    int
+	migrations []migration
+}
+
+var currentSchema = schema{version: SchemaVersion, migrations: migrations}
+
+// plan returns the migrations that take a file from version from to s.version.
+func (s schema) plan(from int) ([]migration, error) {
+	var out []migration
+	for v := from; v < s.version; v++ {
+		found := false
+		for _, m := range s.migrations {
+			if m.from == v {
+				if found {
+					return nil, fmt.Errorf("two migrations from schema version %d", v)
+				}
+				out = append(out, m)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no migration from schema version %d to %d", v, v+1)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+// Package state is fleetd's persistent store: fleets, nodes, the event log,
+// offering history and daemon metadata. The daemon is its only writer.
+package state
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fleetd/fleetd/providers"
+)
+
+// ErrNotFound is returned (wrapped) when a fleet or node does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Fleet is an applied fleet spec. Source is kept verbatim so the daemon can
+// re-decode it after an upgrade and `fleetd status` can show what was applied.
+type Fleet struct {
+	Name     string            `json:"name"`
+	Filename string            `json:"filename"`
+	Source   []byte            `json:"source"`
+	Vars     map[string]string `json:"vars,omitempty"`
+	// BaseDir, Files and Env make re-parsing Source reproducible: the spec's
+	// directory, the files its file() calls read, and the env() values used.
+	BaseDir    string            `json:"base_dir,omitempty"`
+	Files      map[string]string `json:"files,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Generation int64             `json:"generation"` // bumped by every PutFleet
+	Destroying bool              `json:"destroying,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+}
+
+// NodeState is a node's lifecycle state.
+type NodeState string
+
+const (
+	NodeRequested    NodeState = "requested"
+	NodeProvisioning NodeState = "provisioning"
+	NodeBooting      NodeState = "booting"
+	NodeJoined       NodeState = "joined"
+	NodeRunning      NodeState = "running"
+	NodeDraining     NodeState = "draining"
+	NodeTerminating  NodeState = "terminating"
+	NodeTerminated   NodeState = "terminated"
+	NodeFailed       NodeState = "failed"
+)
+
+// Node is one member of a fleet, from the decision to launch it until it is gone.
+type Node struct {
+	ID            string             `json:"id"`
+	Fleet         string             `json:"fleet"`
+	State         NodeState          `json:"state"`
+	Reason        string             `json:"reason,omitempty"` // why it entered State
+	Offering      providers.Offering `json:"offering"`
+	InstanceID    string             `json:"instance_id,omitempty"`
+	Address       string             `json:"address,omitempty"`
+	TokenHash     string             `json:"token_hash,omitempty"` // sha256 of the per-node token, never the token
+	Round         int64              `json:"round,omitempty"`
+	Deadline      time.Time          `json:"deadline,omitempty"` // interruption deadline while draining
+	LastHeartbeat time.Time          `json:"last_heartbeat,omitempty"`
+	CreatedAt     time.Time          `json:"created_at"`
+	UpdatedAt     time.Time          `json:"updated_at"`
+}
+
+// Event is one entry of the append-only event log. Seq is assigned by the
+// store, strictly increasing and never reused.
+type Event struct {
+	Seq     uint64            `json:"seq"`
+	Time    time.Time         `json:"time"`
+	Fleet   string            `json:"fleet,omitempty"`
+	Node    string            `json:"node,omitempty"`
+	Type    string            `json:"type"` // e.g. fleet.applied, node.transition, notice
+	Message string            `json:"message"`
+	Data    map[string]string `json:"data,omitempty"`
+}
+
+// OfferingRecord is what this deployment has learned about an offering.
+type OfferingRecord struct {
+	Key               string    `json:"key"` // providers.Offering.Key()
+	UnavailableUntil  time.Time `json:"unavailable_until,omitempty"`
+	UnavailableReason string    `json:"unavailable_reason,omitempty"`
+	Interruptions     int       `json:"interruptions"`
+	Launches          int       `json:"launches"`
+	RunSeconds        float64   `json:"run_seconds"` // observed instance-seconds, for interruption rates
+	UpdatedAt         time.Time `json:"updated_at"`
+}
+
+// Tx is a view of the store inside one transaction. Writes made through a
+// Tx commit together or not at all.
+type Tx interface {
+	Meta(key string) ([]byte, error) // nil, nil when absent
+	SetMeta(key string, value []byte) error
+
+	Fleet(name string) (Fleet, error)
+	Fleets() ([]Fleet, error)
+	// PutFleet stores f with Generation set to the previous generation + 1
+	// and returns the stored value.
+	PutFleet(f Fleet) (Fleet, error)
+	DeleteFleet(name string) error // also deletes its nodes
+
+	Node(fleet, id string) (Node, error)
+	Nodes(fleet string) ([]Node, error)
+	PutNode(n Node) error
+	DeleteNode(fleet, id string) error
+
+	// AppendEvent assigns Seq (and Time if zero) and returns the stored event.
+	AppendEvent(e Event) (Event, error)
+
+	Offering(key string) (OfferingRecord, error) // zero record with Key set when absent
+	Offerings() ([]OfferingRecord, error)
+	PutOffering(r OfferingRecord) error
+}
+
+// Store is the persistent state. Update runs fn in a read-write transaction
+// that is durable (fsynced) when Update returns nil.
+type Store interface {
+	View(ctx context.Context, fn func(Tx) error) error
+	Update(ctx context.Context, fn func(Tx) error) error
+	// Events returns up to limit events with Seq > since, in order.
+	Events(ctx context.Context, since uint64, limit int) ([]Event, error)
+	Close() error
+}

@@ -1,0 +1,449 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// bucketRef names a bucket of the layout in schema.go: a top-level bucket,
+// or a nested one (sub != "") such as nodes/<fleet>.
+type bucketRef struct {
+	top []byte
+	sub string
+}
+
+var (
+	refMeta      = bucketRef{top: bucketMeta}
+	refFleets    = bucketRef{top: bucketFleets}
+	refEvents    = bucketRef{top: bucketEvents}
+	refOfferings = bucketRef{top: bucketOfferings}
+)
+
+func refNodes(fleet string) bucketRef { return bucketRef{top: bucketNodes, sub: fleet} }
+
+// kv is the bucketed key-value transaction both backends provide. All typed
+// logic (encoding, generations, timestamps, validation) lives in tx on top of
+// it, so the bbolt and memory stores cannot drift apart.
+type kv interface {
+	writable() bool
+	// get returns nil when the key or bucket is absent. The slice is only
+	// valid until the transaction ends and must not be modified.
+	get(b bucketRef, key string) ([]byte, error)
+	// put creates a missing nested bucket on demand.
+	put(b bucketRef, key string, value []byte) error
+	// del is a no-op for absent keys.
+	del(b bucketRef, key string) error
+	// scan calls fn in key (byte) order for keys >= start until fn returns
+	// false or an error. Missing buckets scan as empty.
+	scan(b bucketRef, start string, fn func(key string, value []byte) (bool, error)) error
+	// nextSeq returns the bucket's next sequence number (1, 2, …). It rolls
+	// back with the transaction.
+	nextSeq(b bucketRef) (uint64, error)
+	// dropBucket deletes a nested bucket and everything in it; no-op if absent.
+	dropBucket(b bucketRef) error
+}
+
+// maxKeyLen bounds names and keys; bbolt's own limit is 32 KiB, but nothing
+// legitimate comes close and a small bound keeps both backends identical.
+const maxKeyLen = 1024
+
+// tx implements Tx over a kv.
+type tx struct {
+	kv   kv
+	now  func() time.Time
+	done bool
+}
+
+// runTx runs fn with a Tx over k; the Tx is unusable after fn returns.
+func runTx(k kv, now func() time.Time, fn func(Tx) error) error {
+	t := &tx{kv: k, now: now}
+	defer func() { t.done = true }()
+	return fn(t)
+}
+
+func (t *tx) check(write bool) error {
+	if t.done {
+		return ErrTxDone
+	}
+	if write && !t.kv.writable() {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// stamp is the store clock in UTC without a monotonic reading, so values read
+// back compare equal to values returned by a put.
+func (t *tx) stamp() time.Time { return t.now().UTC().Round(0) }
+
+func checkKey(what, key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, maxKeyLen)
+	}
+	return nil
+}
+
+func (t *tx) Meta(key string) ([]byte, error) {
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	v, err := t.kv.get(refMeta, key)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return bytes.Clone(v), nil
+}
+
+// SetMeta stores value under key; a nil or empty value deletes the key.
+// The keys the store writes itself (MetaSchemaVersion, MetaDaemonID,
+// MetaCreatedAt) are refused.
+func (t *tx) SetMeta(key string, value []byte) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkKey("meta key", key); err != nil {
+		return err
+	}
+	switch key {
+	case MetaSchemaVersion, MetaDaemonID, MetaCreatedAt:
+		return fmt.Errorf("%w: meta key %q is written by the store only", ErrInvalid, key)
+	}
+	if len(value) == 0 {
+		return t.kv.del(refMeta, key)
+	}
+	return t.kv.put(refMeta, key, bytes.Clone(value))
+}
+
+func (t *tx) Fleet(name string) (Fleet, error) {
+	if err := t.check(false); err != nil {
+		return Fleet{}, err
+	}
+	v, err := t.kv.get(refFleets, name)
+	if err != nil {
+		return Fleet{}, err
+	}
+	if v == nil {
+		return Fleet{}, fmt.Errorf("fleet %q: %w", name, ErrNotFound)
+	}
+	var f Fleet
+	return f, decode("fleet", name, v, &f)
+}
+
+func (t *tx) Fleets() ([]Fleet, error) {
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	out := []Fleet{}
+	err := t.kv.scan(refFleets, "", func(k string, v []byte) (bool, error) {
+		var f Fleet
+		if err := decode("fleet", k, v, &f); err != nil {
+			return false, err
+		}
+		out = append(out, f)
+		return true, nil
+	})
+	return out, err
+}
+
+func (t *tx) PutFleet(f Fleet) (Fleet, error) {
+	if err := t.check(true); err != nil {
+		return Fleet{}, err
+	}
+	if err := checkKey("fleet name", f.Name); err != nil {
+		return Fleet{}, err
+	}
+	now := t.stamp()
+	old, err := t.Fleet(f.Name)
+	switch {
+	case err == nil:
+		f.Generation = old.Generation + 1
+		f.CreatedAt = old.CreatedAt
+	case isNotFound(err):
+		f.Generation = 1
+		if f.CreatedAt.IsZero() {
+			f.CreatedAt = now
+		}
+	default:
+		return Fleet{}, err
+	}
+	f.UpdatedAt = now
+	var stored Fleet
+	if err := t.putJSON(refFleets, f.Name, f, &stored); err != nil {
+		return Fleet{}, err
+	}
+	return stored, nil
+}
+
+func (t *tx) DeleteFleet(name string) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if _, err := t.Fleet(name); err != nil {
+		return err
+	}
+	if err := t.kv.dropBucket(refNodes(name)); err != nil {
+		return err
+	}
+	return t.kv.del(refFleets, name)
+}
+
+func (t *tx) Node(fleet, id string) (Node, error) {
+	if err := t.check(false); err != nil {
+		return Node{}, err
+	}
+	var v []byte
+	if fleet != "" && id != "" { // an empty fleet would name the parent bucket
+		var err error
+		if v, err = t.kv.get(refNodes(fleet), id); err != nil {
+			return Node{}, err
+		}
+	}
+	if v == nil {
+		return Node{}, fmt.Errorf("node %q of fleet %q: %w", id, fleet, ErrNotFound)
+	}
+	var n Node
+	return n, decode("node", id, v, &n)
+}
+
+// Nodes returns the fleet's nodes ordered by id; ErrNotFound if the fleet
+// does not exist.
+func (t *tx) Nodes(fleet string) ([]Node, error) {
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	if _, err := t.Fleet(fleet); err != nil {
+		return nil, err
+	}
+	out := []Node{}
+	err := t.kv.scan(refNodes(fleet), "", func(k string, v []byte) (bool, error) {
+		var n Node
+		if err := decode("node", k, v, &n); err != nil {
+			return false, err
+		}
+		out = append(out, n)
+		return true, nil
+	})
+	return out, err
+}
+
+// PutNode stores n under its fleet, which must exist. CreatedAt is kept from
+// the stored node (or set to now for a new one when zero); UpdatedAt is now.
+func (t *tx) PutNode(n Node) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkKey("node id", n.ID); err != nil {
+		return err
+	}
+	if err := checkKey("node fleet", n.Fleet); err != nil {
+		return err
+	}
+	if !n.State.Valid() {
+		return fmt.Errorf("%w: node %q: unknown state %q", ErrInvalid, n.ID, n.State)
+	}
+	if _, err := t.Fleet(n.Fleet); err != nil {
+		return fmt.Errorf("put node %q: %w", n.ID, err)
+	}
+	now := t.stamp()
+	old, err := t.Node(n.Fleet, n.ID)
+	switch {
+	case err == nil:
+		n.CreatedAt = old.CreatedAt
+	case isNotFound(err):
+		if n.CreatedAt.IsZero() {
+			n.CreatedAt = now
+		}
+	default:
+		return err
+	}
+	n.UpdatedAt = now
+	return t.putJSON(refNodes(n.Fleet), n.ID, n, nil)
+}
+
+func (t *tx) DeleteNode(fleet, id string) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if _, err := t.Node(fleet, id); err != nil {
+		return err
+	}
+	return t.kv.del(refNodes(fleet), id)
+}
+
+func (t *tx) AppendEvent(e Event) (Event, error) {
+	if err := t.check(true); err != nil {
+		return Event{}, err
+	}
+	if err := validEvent(e); err != nil {
+		return Event{}, err
+	}
+	seq, err := t.kv.nextSeq(refEvents)
+	if err != nil {
+		return Event{}, err
+	}
+	e.Seq = seq
+	if e.Time.IsZero() {
+		e.Time = t.stamp()
+	}
+	var stored Event
+	if err := t.putJSON(refEvents, seqKey(seq), e, &stored); err != nil {
+		return Event{}, err
+	}
+	return stored, nil
+}
+
+func validEvent(e Event) error {
+	if e.Type == "" {
+		return fmt.Errorf("%w: event without a type", ErrInvalid)
+	}
+	return nil
+}
+
+func (t *tx) Offering(key string) (OfferingRecord, error) {
+	if err := t.check(false); err != nil {
+		return OfferingRecord{}, err
+	}
+	v, err := t.kv.get(refOfferings, key)
+	if err != nil {
+		return OfferingRecord{}, err
+	}
+	if v == nil {
+		return OfferingRecord{Key: key}, nil
+	}
+	var r OfferingRecord
+	return r, decode("offering", key, v, &r)
+}
+
+func (t *tx) Offerings() ([]OfferingRecord, error) {
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	out := []OfferingRecord{}
+	err := t.kv.scan(refOfferings, "", func(k string, v []byte) (bool, error) {
+		var r OfferingRecord
+		if err := decode("offering", k, v, &r); err != nil {
+			return false, err
+		}
+		out = append(out, r)
+		return true, nil
+	})
+	return out, err
+}
+
+// PutOffering stores r under r.Key with UpdatedAt set to now.
+func (t *tx) PutOffering(r OfferingRecord) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkKey("offering key", r.Key); err != nil {
+		return err
+	}
+	r.UpdatedAt = t.stamp()
+	return t.putJSON(refOfferings, r.Key, r, nil)
+}
+
+// putJSON encodes v under key and, if stored is non-nil, decodes the encoded
+// bytes into it, so callers get exactly what a later read returns.
+func (t *tx) putJSON(b bucketRef, key string, v, stored any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	if err := t.kv.put(b, key, data); err != nil {
+		return err
+	}
+	if stored != nil {
+		return json.Unmarshal(data, stored)
+	}
+	return nil
+}
+
+func decode(what, key string, data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s %q: %w", what, key, err)
+	}
+	return nil
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, ErrNotFound) }
+
+// seqKey is the events bucket key: big-endian so byte order is seq order.
+func seqKey(seq uint64) string {
+	return string(binary.BigEndian.AppendUint64(nil, seq))
+}
+
+// readEvents returns up to limit (all if limit <= 0) events with Seq > since.
+func readEvents(k kv, since uint64, limit int) ([]Event, error) {
+	out := []Event{}
+	if since == math.MaxUint64 {
+		return out, nil
+	}
+	err := k.scan(refEvents, seqKey(since+1), func(key string, v []byte) (bool, error) {
+		if len(key) != 8 {
+			return false, fmt.Errorf("event key %x is not a big-endian uint64", key)
+		}
+		var e Event
+		if err := decode("event", fmt.Sprint(binary.BigEndian.Uint64([]byte(key))), v, &e); err != nil {
+			return false, err
+		}
+		out = append(out, e)
+		return limit <= 0 || len(out) < limit, nil
+	})
+	return out, err
+}
+
+// initMeta writes the store-owned meta keys of a new state file.
+func initMeta(k kv, version int, now time.Time) error {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("daemon id: %w", err)
+	}
+	for key, v := range map[string]string{
+		MetaSchemaVersion: fmt.Sprint(version),
+		MetaDaemonID:      hex.EncodeToString(id[:]),
+		MetaCreatedAt:     now.UTC().Format(time.RFC3339Nano),
+	} {
+		if err := k.put(refMeta, key, []byte(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DaemonID returns the id the store generated when its file was created;
+// it tags every instance this deployment launches.
+func DaemonID(ctx context.Context, s Store) (string, error) {
+	var id []byte
+	err := s.View(ctx, func(tx Tx) error {
+		var err error
+		id, err = tx.Meta(MetaDaemonID)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(id) == 0 {
+		return "", fmt.Errorf("state has no %s", MetaDaemonID)
+	}
+	return string(id), nil
+}
+
+// Valid reports whether s is one of the lifecycle states above.
+func (s NodeState) Valid() bool {
+	switch s {
+	case NodeRequested, NodeProvisioning, NodeBooting, NodeJoined, NodeRunning,
+		NodeDraining, NodeTerminating, NodeTerminated, NodeFailed:
+		return true
+	}
+	return false
+}

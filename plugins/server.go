@@ -1,0 +1,132 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	providerv1 "github.com/fleetd/fleetd/plugins/proto/provider/v1"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// grpcServer is the plugin side of the protocol: it serves a
+// providers.Provider over gRPC.
+type grpcServer struct {
+	providerv1.UnimplementedProviderServer
+	p      providers.Provider
+	logger hclog.Logger
+}
+
+// NewGRPCServer wraps p for registration on a grpc.Server with
+// providerv1.RegisterProviderServer. Serve does this for plugin authors;
+// it is exported for tests and for hosts that embed the server themselves.
+func NewGRPCServer(p providers.Provider) providerv1.ProviderServer {
+	return newGRPCServer(p, nil)
+}
+
+func newGRPCServer(p providers.Provider, logger hclog.Logger) *grpcServer {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &grpcServer{p: p, logger: logger}
+}
+
+// recoverTo turns a provider panic into an INTERNAL status so one bad call
+// fails alone instead of killing the process and every call in flight.
+func (s *grpcServer) recoverTo(method string, err *error) {
+	if r := recover(); r != nil {
+		s.logger.Error("provider panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		*err = status.Errorf(codes.Internal, "provider panicked in %s: %v", method, r)
+	}
+}
+
+func (s *grpcServer) Info(ctx context.Context, _ *providerv1.InfoRequest) (resp *providerv1.InfoResponse, err error) {
+	defer s.recoverTo("Info", &err)
+	info, err := s.p.Info(ctx)
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return infoToPB(info), nil
+}
+
+func (s *grpcServer) Offerings(ctx context.Context, req *providerv1.OfferingsRequest) (resp *providerv1.OfferingsResponse, err error) {
+	defer s.recoverTo("Offerings", &err)
+	offs, err := s.p.Offerings(ctx, configFromPB(req.GetConfig()))
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	pb, err := offeringsToPB(offs)
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.OfferingsResponse{Offerings: pb}, nil
+}
+
+func (s *grpcServer) Create(ctx context.Context, req *providerv1.CreateRequest) (resp *providerv1.CreateResponse, err error) {
+	defer s.recoverTo("Create", &err)
+	if req.GetRequest() == nil {
+		return nil, errorToStatus(providers.Errorf(providers.KindInvalidConfig, "create request without a launch request"))
+	}
+	ins, err := s.p.Create(ctx, configFromPB(req.GetConfig()), launchFromPB(req.GetRequest()))
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	pb, err := instancesToPB(ins)
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.CreateResponse{Instances: pb}, nil
+}
+
+func (s *grpcServer) Get(ctx context.Context, req *providerv1.GetRequest) (resp *providerv1.GetResponse, err error) {
+	defer s.recoverTo("Get", &err)
+	in, err := s.p.Get(ctx, configFromPB(req.GetConfig()), req.GetId())
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	pb, err := instanceToPB(in)
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.GetResponse{Instance: pb}, nil
+}
+
+func (s *grpcServer) List(ctx context.Context, req *providerv1.ListRequest) (resp *providerv1.ListResponse, err error) {
+	defer s.recoverTo("List", &err)
+	ins, err := s.p.List(ctx, configFromPB(req.GetConfig()), req.GetTags())
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	pb, err := instancesToPB(ins)
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.ListResponse{Instances: pb}, nil
+}
+
+func (s *grpcServer) Delete(ctx context.Context, req *providerv1.DeleteRequest) (resp *providerv1.DeleteResponse, err error) {
+	defer s.recoverTo("Delete", &err)
+	if err := s.p.Delete(ctx, configFromPB(req.GetConfig()), req.GetId()); err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.DeleteResponse{}, nil
+}
+
+func (s *grpcServer) Interrupt(ctx context.Context, req *providerv1.InterruptRequest) (resp *providerv1.InterruptResponse, err error) {
+	defer s.recoverTo("Interrupt", &err)
+	ip, ok := s.p.(providers.Interrupter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T cannot inject interruptions", s.p))
+	}
+	info := interruptionFromPB(req.GetInfo())
+	if info == nil {
+		return nil, errorToStatus(providers.Errorf(providers.KindInvalidConfig, "interrupt request without interruption info"))
+	}
+	if err := ip.Interrupt(ctx, configFromPB(req.GetConfig()), req.GetId(), *info); err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.InterruptResponse{}, nil
+}

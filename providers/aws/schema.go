@@ -1,0 +1,23 @@
+// Package aws is fleetd's built-in provider for Amazon EC2 spot and on-demand capacity.
+package aws
+
+import "github.com/fleetd/fleetd/providers"
+
+// Name is the provider name used in `provider "aws" {}` blocks.
+const Name = "aws"
+
+// Schema is the schema of a `provider "aws"` block.
+var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
+	{Name: "regions", Type: providers.TypeListString, Required: true, Description: "Regions to consider, e.g. [\"us-east-1\"]."},
+	{Name: "instance_types", Type: providers.TypeListString, Required: true, Description: "EC2 instance types to consider."},
+	{Name: "image", Type: providers.TypeString, Required: true, Description: "AMI id (or a map per region via image_per_region)."},
+	{Name: "image_per_region", Type: providers.TypeMapString, Description: "AMI id per region; overrides image."},
+	{Name: "subnets", Type: providers.TypeMapString, Description: "Subnet id per availability zone; zones without a subnet are not used."},
+	{Name: "security_groups", Type: providers.TypeListString, Description: "Security group ids."},
+	{Name: "instance_profile", Type: providers.TypeString, Description: "IAM instance profile name for nodes."},
+	{Name: "key_name", Type: providers.TypeString, Description: "EC2 key pair name (optional)."},
+	{Name: "interruption_queue", Type: providers.TypeString, Description: "SQS queue (name or URL) fed by EventBridge interruption rules."},
+	{Name: "on_demand_prices", Type: providers.TypeJSON, Description: "Override bundled on-demand $/h per instance type, e.g. { \"p4d.24xlarge\" = 32.77 }."},
+	{Name: "profile", Type: providers.TypeString, Description: "Shared config profile; default credential chain when unset."},
+	{Name: "endpoint", Type: providers.TypeString, Description: "Override the EC2 endpoint URL (testing, VPC endpoints)."},
+}}

@@ -1,0 +1,23 @@
+// Package gcp is fleetd's built-in provider for Google Compute Engine spot and on-demand capacity.
+package gcp
+
+import "github.com/fleetd/fleetd/providers"
+
+// Name is the provider name used in `provider "gcp" {}` blocks.
+const Name = "gcp"
+
+// Schema is the schema of a `provider "gcp"` block.
+var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
+	{Name: "project", Type: providers.TypeString, Required: true, Description: "GCP project id."},
+	{Name: "zones", Type: providers.TypeListString, Required: true, Description: "Zones to consider, e.g. [\"us-central1-a\"]."},
+	{Name: "machine_types", Type: providers.TypeListString, Required: true, Description: "Machine types to consider (accelerator-optimized types carry their GPUs)."},
+	{Name: "accelerators", Type: providers.TypeJSON, Description: "Accelerators to attach to N1-style machine types: { type = \"nvidia-tesla-t4\", count = 1 }."},
+	{Name: "image", Type: providers.TypeString, Required: true, Description: "Boot image or image family URL."},
+	{Name: "disk_size_gb", Type: providers.TypeNumber, Description: "Boot disk size in GB (default 200)."},
+	{Name: "network", Type: providers.TypeString, Description: "VPC network (default \"global/networks/default\")."},
+	{Name: "subnetwork", Type: providers.TypeString, Description: "Subnetwork per region is derived from this name when set."},
+	{Name: "service_account", Type: providers.TypeString, Description: "Service account email for nodes."},
+	{Name: "scopes", Type: providers.TypeListString, Description: "OAuth scopes for the service account."},
+	{Name: "prices", Type: providers.TypeJSON, Description: "Override bundled prices: { \"a3-highgpu-8g\" = { spot = 25.0, on_demand = 88.0 } }."},
+	{Name: "endpoint", Type: providers.TypeString, Description: "Override the Compute Engine endpoint URL (testing)."},
+}}

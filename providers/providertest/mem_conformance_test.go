@@ -1,0 +1,67 @@
+package providertest_test
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	providertest.ServePluginIfRequested(map[string]func() providers.Provider{
+		providertest.MemName: func() providers.Provider { return providertest.NewMemProvider() },
+	})
+	os.Exit(m.Run())
+}
+
+func memConfig(t *testing.T, fleet string, mc providertest.MemConfig) providers.Config {
+	t.Helper()
+	raw, err := json.Marshal(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return providers.Config{Fleet: fleet, Raw: raw}
+}
+
+// memOptions provokes MemProvider's typed errors through its config knobs,
+// which work the same in-process and in a plugin subprocess.
+func memOptions(t *testing.T) providertest.Options {
+	zero := 0
+	return providertest.Options{
+		InvalidConfig: func(cfg providers.Config) providers.Config {
+			return providers.Config{Fleet: cfg.Fleet, Raw: json.RawMessage(`{"no_such_knob": true}`)}
+		},
+		CapacityError: func(cfg providers.Config, off providers.Offering) providers.Config {
+			return memConfig(t, cfg.Fleet, providertest.MemConfig{Capacity: map[string]int{off.Key(): 0}})
+		},
+		QuotaError: func(cfg providers.Config, off providers.Offering) providers.Config {
+			return memConfig(t, cfg.Fleet, providertest.MemConfig{QuotaGPUs: &zero})
+		},
+		// The cheapest offering is GPU-less; launch a GPU one so the
+		// quota check (in GPUs) applies.
+		LaunchOffering: func(offs []providers.Offering) providers.Offering {
+			for _, o := range offs {
+				if o.GPUs > 0 && o.CapacityType == providers.Spot {
+					return o
+				}
+			}
+			t.Fatal("mem has no GPU spot offering")
+			return providers.Offering{}
+		},
+		Interrupter: true,
+	}
+}
+
+func TestMemProviderConformance(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) (providers.Provider, providers.Config) {
+		return providertest.NewMemProvider(), providers.Config{Fleet: "conformance"}
+	}, memOptions(t))
+}
+
+func TestMemProviderConformanceOverGRPC(t *testing.T) {
+	providertest.RunOverGRPC(t, providertest.MemName, func(t *testing.T) providers.Config {
+		return providers.Config{Fleet: "conformance"}
+	}, memOptions(t))
+}
