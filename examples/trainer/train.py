@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""fleetd example trainer: elastic data-parallel linear regression, stdlib only.
+
+Every rank holds the same weights. Each step, every rank computes the gradient
+of a mean-squared-error loss on its shard of the global mini-batch, rank 0
+sums the shards' gradients (a star all-reduce over TCP at MASTER_ADDR:MASTER_PORT)
+and broadcasts the average, and every rank applies the same update. Rank 0
+checkpoints atomically; a restarted group resumes from the checkpoint at
+whatever WORLD_SIZE it now has (the batch is re-sharded by rank).
+
+It follows torchrun's worker contract (RANK, WORLD_SIZE, MASTER_ADDR, ...)
+plus fleetd's FLEETD_CHECKPOINT_URI and FLEETD_DRAIN_FILE, so it runs the same
+under fleetd's agent, under torchrun (`--no_python` not needed) or by hand.
+See docs/examples.md for the full contract.
+
+Exit codes: 0 finished, or stopped by SIGTERM/SIGINT after checkpointing;
+1 unexpected error; 2 bad arguments or configuration; 3 a peer was lost or
+the group could not form (the agent restarts the workers in a new round).
+"""
+
+import argparse
+import errno
+import json
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_PEER = 3
+
+CKPT_FILE = "checkpoint.json"
+DONE_FILE = "DONE"
+CKPT_FORMAT = "fleetd-example-trainer/1"
+ACK_TIMEOUT = 3.0  # seconds a live rank 0 needs at most to answer a hello
+MAX_MSG = 64 << 20  # a corrupt length prefix must not make us allocate gigabytes
+
+
+class UsageError(Exception):
+    """Bad arguments, environment or checkpoint: retrying cannot help."""
+
+
+class PeerLost(Exception):
+    """The group broke: a peer closed, reset or stayed silent too long."""
+
+
+class Stopped(Exception):
+    """This process was asked to stop (SIGTERM/SIGINT) before the group formed."""
+
+
+# --- output -----------------------------------------------------------------
+
+def emit(event, **fields):
+    rec = {"event": event}
+    rec.update(fields)
+    rec.setdefault("time", time.time())
+    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def write_error_file(exc):
+    """Leave torchelastic's @record-style error file so an agent can show the
+    root cause of a non-zero exit."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    body = {"message": {
+        "message": "%s: %s" % (type(exc).__name__, exc),
+        "extraInfo": {"py_callstack": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                      "timestamp": str(int(time.time()))},
+    }}
+    try:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(body, f)
+    except OSError:
+        pass  # best effort: the exit code still tells the story
+
+
+# --- signals ----------------------------------------------------------------
+
+class StopFlag:
+    def __init__(self):
+        self.signal = None
+
+    def install(self):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signal is None:
+            self.signal = signal.Signals(signum).name
+
+    @property
+    def set(self):
+        return self.signal is not None
+
+
+# --- configuration ----------------------------------------------------------
+
+def env_default(name, default, conv):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return conv(v)
+    except ValueError:
+        raise UsageError("environment %s=%r is not a valid %s" % (name, v, conv.__name__))
+
+
+def env_int(name, default=None):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        if default is None:
+            raise UsageError("environment variable %s is required" % name)
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise UsageError("environment %s=%r is not an integer" % (name, v))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="fleetd example data-parallel trainer (stdlib only)")
+    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
+                   help="total optimizer steps of the run (env TRAIN_STEPS)")
+    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
+                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
+    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
+                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
+    p.add_argument("--ckpt-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 1, int),
+                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--dim", type=int, default=16, help="features of the synthetic dataset")
+    p.add_argument("--samples", type=int, default=2048, help="size of the synthetic dataset")
+    p.add_argument("--batch", type=int, default=64, help="global mini-batch, split across ranks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--connect-timeout", type=float, default=env_default("TRAIN_CONNECT_TIMEOUT", 60.0, float),
+                   help="seconds for all ranks to reach rank 0 (env TRAIN_CONNECT_TIMEOUT)")
+    p.add_argument("--op-timeout", type=float, default=env_default("TRAIN_OP_TIMEOUT", 10.0, float),
+                   help="seconds a collective may wait for a silent peer (env TRAIN_OP_TIMEOUT)")
+    p.add_argument("--bind-retry", type=float, default=5.0,
+                   help="seconds rank 0 retries a busy MASTER_PORT (the last round may still be closing)")
+    p.add_argument("--peer-grace", type=float, default=1.0,
+                   help="seconds to wait for our own SIGTERM after the group broke, before exiting 3")
+    a = p.parse_args(argv)
+    if a.steps < 0 or a.ckpt_every < 1 or a.batch < 1 or a.dim < 1 or a.samples < 1:
+        raise UsageError("--steps must be >= 0; --ckpt-every, --batch, --dim, --samples >= 1")
+    if a.step_time < 0 or a.op_timeout <= 0 or a.connect_timeout <= 0:
+        raise UsageError("--step-time must be >= 0 and the timeouts > 0")
+    a.ckpt_dir = checkpoint_dir(a.ckpt)
+    return a
+
+
+def checkpoint_dir(uri):
+    if not uri:
+        return ""
+    if uri.startswith("file://"):
+        path = uri[len("file://"):]
+        if not path.startswith("/"):
+            raise UsageError("checkpoint URI %r: file:// URLs need an absolute path" % uri)
+        return path
+    if "://" in uri:
+        raise UsageError("checkpoint URI %r: this example only writes local paths or file:// URLs "
+                         "(mount object storage, e.g. with s3fs or gcsfuse)" % uri)
+    return uri
+
+
+class Env:
+    """torchrun's worker environment (plus fleetd's extras)."""
+
+    def __init__(self):
+        self.rank = env_int("RANK", 0)
+        self.world_size = env_int("WORLD_SIZE", 1)
+        self.local_rank = env_int("LOCAL_RANK", self.rank)
+        self.group_rank = env_int("GROUP_RANK", 0)
+        self.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+        self.master_addr = os.environ.get("MASTER_ADDR", "")
+        self.master_port = 0
+        self.node_id = os.environ.get("FLEETD_NODE_ID", "")
+        self.drain_file = os.environ.get("FLEETD_DRAIN_FILE", "")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise UsageError("RANK=%d is outside WORLD_SIZE=%d" % (self.rank, self.world_size))
+        if self.world_size > 1:
+            if not self.master_addr:
+                raise UsageError("environment variable MASTER_ADDR is required when WORLD_SIZE > 1")
+            self.master_port = env_int("MASTER_PORT")
+            if not 0 < self.master_port < 65536:
+                raise UsageError("MASTER_PORT=%d is not a TCP port" % self.master_port)
+
+
+# --- the model --------------------------------------------------------------
+
+class Dataset:
+    """y = w*.x + b* + noise, generated from the seed so every rank sees the
+    same data without any shared storage."""
+
+    def __init__(self, samples, dim, seed):
+        rng = random.Random(seed)
+        self.true_w = [rng.uniform(-2.0, 2.0) for _ in range(dim)]
+        self.true_b = rng.uniform(-1.0, 1.0)
+        self.x = []
+        self.y = []
+        for _ in range(samples):
+            xi = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+            self.x.append(xi)
+            self.y.append(sum(w * v for w, v in zip(self.true_w, xi)) + self.true_b + rng.gauss(0.0, 0.1))
+
+    def shard(self, step, batch, rank, world_size):
+        """Indices of this rank's part of global batch `step`: batch j of the
+        step goes to rank j % world_size, so the global batch (and hence the
+        trajectory) does not depend on the world size."""
+        n = len(self.x)
+        base = step * batch
+        return [(base + j) % n for j in range(rank, batch, world_size)]
+
+
+def local_gradient(ds, idx, w, b):
+    """Sums (not means) over the shard, so rank 0 can form the exact
+    global-batch mean whatever the shard sizes are."""
+    gw = [0.0] * len(w)
+    gb = 0.0
+    loss = 0.0
+    for i in idx:
+        xi = ds.x[i]
+        err = sum(wj * xj for wj, xj in zip(w, xi)) + b - ds.y[i]
+        loss += err * err
+        g = 2.0 * err
+        for j, xj in enumerate(xi):
+            gw[j] += g * xj
+        gb += g
+    return gw, gb, loss, len(idx)
+
+
+# --- wire protocol: 4-byte big-endian length + JSON -------------------------
+
+def send_msg(sock, obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    try:
+        sock.sendall(struct.pack("!I", len(data)) + data)
+    except (OSError, socket.timeout) as e:
+        raise PeerLost("send failed: %s" % e)
+
+
+class Conn:
+    def __init__(self, sock, name):
+        self.sock = sock
+        self.name = name
+        self.buf = bytearray()
+
+    def fill(self):
+        """Read what is available (select said readable); EOF is a lost peer."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except (OSError, socket.timeout) as e:
+            raise PeerLost("%s: %s" % (self.name, e))
+        if not data:
+            raise PeerLost("%s closed the connection" % self.name)
+        self.buf += data
+
+    def pop(self):
+        if len(self.buf) < 4:
+            return None
+        (n,) = struct.unpack("!I", bytes(self.buf[:4]))
+        if n > MAX_MSG:
+            raise PeerLost("%s sent a %d-byte message" % (self.name, n))
+        if len(self.buf) < 4 + n:
+            return None
+        data = bytes(self.buf[4:4 + n])
+        del self.buf[:4 + n]
+        try:
+            m = json.loads(data)
+        except ValueError:
+            raise PeerLost("%s sent malformed JSON" % self.name)
+        if not isinstance(m, dict):
+            raise PeerLost("%s sent a JSON %s, not an object" % (self.name, type(m).__name__))
+        return m
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def recv_all(conns, timeout, stop=None, what="message"):
+    """One message from each conn, read concurrently so a dead peer is seen at
+    once even while a slow one is still computing. Returns {conn: msg}."""
+    deadline = time.monotonic() + timeout
+    got = {}
+    pending = list(conns)
+    while True:
+        for c in list(pending):
+            m = c.pop()
+            if m is not None:
+                got[c] = m
+                pending.remove(c)
+        if not pending:
+            return got
+        if stop is not None and stop.set:
+            raise Stopped()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PeerLost("timed out after %.1fs waiting for %s from %s"
+                           % (timeout, what, ", ".join(c.name for c in pending)))
+        ready, _, _ = select.select([c.sock for c in pending], [], [], min(left, 0.2))
+        for c in pending:
+            if c.sock in ready:
+                c.fill()
+
+
+# --- checkpoints ------------------------------------------------------------
+
+def read_checkpoint(ckpt_dir, dim):
+    if not ckpt_dir:
+        return None
+    path = os.path.join(ckpt_dir, CKPT_FILE)
+    try:
+        with open(path) as f:
+            ck = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UsageError("checkpoint %s is unreadable: %s" % (path, e))
+    if ck.get("format") != CKPT_FORMAT:
+        raise UsageError("checkpoint %s has format %r, want %r" % (path, ck.get("format"), CKPT_FORMAT))
+    if len(ck.get("weights", [])) != dim:
+        raise UsageError("checkpoint %s has %d weights, the model has --dim %d"
+                         % (path, len(ck.get("weights", [])), dim))
+    return ck
+
+
+def atomic_write(path, data):
+    """temp file in the same directory + fsync + rename: a reader (or a
+    restart after SIGKILL) sees the old file or the new one, never half."""
+    d = os.path.dirname(path)
+    tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+    with open(tmp, "w") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # directories cannot be fsynced on every filesystem
+
+
+class Trainer:
+    def __init__(self, args, env, stop):
+        self.a = args
+        self.env = env
+        self.stop = stop
+        self.ds = Dataset(args.samples, args.dim, args.seed)
+        self.w = [0.0] * args.dim
+        self.b = 0.0
+        self.step = 0
+        self.loss = None
+        self.saved_step = -1  # last step this process checkpointed (or resumed from)
+        self.drained = False
+        self.drain_notice = None
+        self.master = None  # rank>0: Conn to rank 0
+        self.peers = []  # rank 0: Conns to ranks 1..W-1, in rank order
+
+    # -- group formation --
+
+    def form_group(self):
+        """Rank 0 serves, the others dial in; rank 0 picks the newest
+        checkpoint any rank can see and hands it to everyone, so only one
+        rank needs the checkpoint storage."""
+        own = read_checkpoint(self.a.ckpt_dir, self.a.dim)
+        if self.env.world_size == 1:
+            return self.adopt(own, -1 if own is None else 0)
+        if self.env.rank == 0:
+            return self.serve(own)
+        return self.dial(own)
+
+    def hello_ok(self, m):
+        if m.get("t") != "hello":
+            return "expected hello, got %r" % m.get("t")
+        if m.get("world_size") != self.env.world_size:
+            return "peer has WORLD_SIZE=%r, rank 0 has %d" % (m.get("world_size"), self.env.world_size)
+        if m.get("run_id") != self.env.run_id:
+            return "peer has TORCHELASTIC_RUN_ID=%r, rank 0 has %r" % (m.get("run_id"), self.env.run_id)
+        r = m.get("rank")
+        if not isinstance(r, int) or not 0 < r < self.env.world_size:
+            return "peer rank %r is not in 1..%d" % (r, self.env.world_size - 1)
+        return None
+
+    def listen(self):
+        addr, port = self.env.master_addr, self.env.master_port
+        deadline = time.monotonic() + self.a.bind_retry
+        while True:
+            infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family, _, _, _, sockaddr = infos[0]
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(sockaddr)
+                s.listen(max(16, self.env.world_size))
+                return s
+            except OSError as e:
+                s.close()
+                if e.errno == errno.EADDRNOTAVAIL:
+                    # MASTER_ADDR is not on our interfaces (NAT, public IP):
+                    # serve on every address instead, as torch's TCPStore does.
+                    addr = "::" if family == socket.AF_INET6 else "0.0.0.0"
+                    continue
+                if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise PeerLost("rank 0 cannot listen on %s:%d: %s" % (addr, port, e))
+                if self.stop.set:
+                    raise Stopped()
+                time.sleep(0.1)
+
+    def serve(self, own):
+        ls = self.listen()
+        waiting = []  # accepted, hello not yet read
+        joined = {}  # rank -> (Conn, hello)
+        try:
+            deadline = time.monotonic() + self.a.connect_timeout
+            while len(joined) < self.env.world_size - 1:
+                if self.stop.set:
+                    raise Stopped()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(set(range(1, self.env.world_size)) - set(joined))
+                    raise PeerLost("timed out after %.0fs waiting for ranks %s to connect"
+                                   % (self.a.connect_timeout, missing))
+                members = [c for c, _ in joined.values()]
+                ready, _, _ = select.select([ls] + [c.sock for c in waiting + members], [], [], min(left, 0.2))
+                if ls in ready:
+                    try:
+                        s, peer = ls.accept()
+                    except OSError:
+                        continue  # the client gave up already
+                    s.settimeout(self.a.op_timeout)
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    waiting.append(Conn(s, "connection from %s" % (peer[0],)))
+                for c in members:
+                    if c.sock in ready:
+                        c.fill()  # a member hung up (PeerLost) or spoke out of turn
+                        raise PeerLost("%s sent data before the group formed" % c.name)
+                for c in list(waiting):
+                    if c.sock not in ready:
+                        continue
+                    try:
+                        c.fill()
+                        m = c.pop()
+                    except PeerLost:
+                        waiting.remove(c)  # a stray or stale client; not a group member yet
+                        c.close()
+                        continue
+                    if m is None:
+                        continue
+                    waiting.remove(c)
+                    why = self.hello_ok(m)
+                    if why is None and m["rank"] in joined:
+                        why = "rank %d already joined" % m["rank"]
+                    try:
+                        send_msg(c.sock, {"t": "ack"} if why is None else {"t": "reject", "error": why})
+                    except PeerLost:
+                        c.close()
+                        continue
+                    if why is not None:
+                        c.close()
+                        emit("reject", rank=0, reason=why)
+                        continue
+                    c.name = "rank %d" % m["rank"]
+                    joined[m["rank"]] = (c, m)
+        except BaseException:
+            for c, _ in joined.values():
+                c.close()
+            raise
+        finally:
+            ls.close()  # no late joiners: the group of this round is fixed
+            for c in waiting:
+                c.close()
+        self.peers = [joined[r][0] for r in range(1, self.env.world_size)]
+        # Newest checkpoint wins; ours on a tie, so the writer's view is kept.
+        best, src = own, (0 if own is not None else -1)
+        for r in range(1, self.env.world_size):
+            ck = joined[r][1].get("ckpt")
+            if ck is not None and (best is None or ck["step"] > best["step"]):
+                best, src = ck, r
+        if best is not None and best.get("format") != CKPT_FORMAT:
+            raise UsageError("rank %d offered a checkpoint of format %r" % (src, best.get("format")))
+        done = self.done_marker_exists() or (best is not None and best["step"] >= self.a.steps)
+        welcome = {"t": "welcome", "ckpt": best, "source_rank": src, "done": done}
+        for c in self.peers:
+            send_msg(c.sock, welcome)
+        return self.adopt(best, src, done)
+
+    def dial(self, own):
+        addr, port = self.env.master_addr, self.env.master_port
+        deadline = time.monotonic() + self.a.connect_timeout
+        delay = 0.05
+        last_err = "no answer"
+        hello = {"t": "hello", "rank": self.env.rank, "world_size": self.env.world_size,
+                 "run_id": self.env.run_id, "ckpt": own}
+        while True:
+            if self.stop.set:
+                raise Stopped()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerLost("timed out after %.0fs connecting to rank 0 at %s:%d (%s)"
+                               % (self.a.connect_timeout, addr, port, last_err))
+            c = None
+            try:
+                s = socket.create_connection((addr, port), timeout=min(left, 2.0))
+                s.settimeout(self.a.op_timeout)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                c = Conn(s, "rank 0")
+                send_msg(s, hello)
+                # A live rank 0 acks at once; silence means we reached
+                # something else on the port (say, a closing listener of the
+                # previous round), so hang up and dial again.
+                m = recv_all([c], min(ACK_TIMEOUT, max(0.1, left)), self.stop, "an ack")[c]
+            except (OSError, PeerLost) as e:
+                last_err = str(e)
+                if c is not None:
+                    c.close()
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.5)
+                continue
+            if m.get("t") == "reject":
+                c.close()
+                raise PeerLost("rank 0 rejected us: %s" % m.get("error"))
+            if m.get("t") != "ack":
+                c.close()
+                raise PeerLost("rank 0 sent %r instead of an ack" % m.get("t"))
+            self.master = c
+            break
+        # Rank 0 times out on its own and hangs up, so wait a little longer.
+        left = max(0.0, deadline - time.monotonic()) + ACK_TIMEOUT
+        m = recv_all([self.master], left, self.stop, "the welcome")[self.master]
+        if m.get("t") == "reject":
+            raise PeerLost("rank 0 rejected us: %s" % m.get("error"))
+        if m.get("t") != "welcome":
+            raise PeerLost("rank 0 sent %r instead of a welcome" % m.get("t"))
+        ck = m.get("ckpt")
+        if ck is not None and len(ck.get("weights", [])) != self.a.dim:
+            raise UsageError("rank 0's checkpoint has %d weights, the model has --dim %d"
+                             % (len(ck.get("weights", [])), self.a.dim))
+        return self.adopt(ck, m.get("source_rank", -1), bool(m.get("done")))
+
+    def done_marker_exists(self):
+        return bool(self.a.ckpt_dir) and os.path.exists(os.path.join(self.a.ckpt_dir, DONE_FILE))
+
+    def adopt(self, ck, src, done=None):
+        if done is None:
+            done = self.done_marker_exists() or (ck is not None and ck["step"] >= self.a.steps)
+        if ck is not None:
+            self.w = [float(v) for v in ck["weights"]]
+            self.b = float(ck["bias"])
+            self.step = int(ck["step"])
+            self.loss = ck.get("loss")
+            self.saved_step = self.step
+            emit("resume", rank=self.env.rank, world_size=self.env.world_size, step=self.step,
+                 from_world_size=ck.get("world_size"), source_rank=src, loss=self.loss)
+        return done
+
+    # -- training --
+
+    def check_drain(self):
+        if self.drain_notice is not None or not self.env.drain_file:
+            return self.drain_notice is not None
+        try:
+            with open(self.env.drain_file) as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raw = "unreadable: %s" % e
+        try:
+            notice = json.loads(raw)
+        except ValueError:
+            notice = {"raw": raw[:200]}  # presence is the signal; content is advisory
+        self.drain_notice = notice if isinstance(notice, dict) else {"raw": notice}
+        return True
+
+    def allreduce(self, contrib):
+        """Sum the ranks' gradient sums at rank 0 (in rank order, so the
+        result is bit-identical for every rank) and broadcast the mean."""
+        if self.env.world_size == 1:
+            parts = [contrib]
+        elif self.env.rank != 0:
+            send_msg(self.master.sock, contrib)
+            m = recv_all([self.master], self.a.op_timeout, None, "step %d" % contrib["step"])[self.master]
+            if m.get("t") != "update" or m.get("step") != contrib["step"]:
+                raise PeerLost("rank 0 sent %r for step %r, expected an update for step %d"
+                               % (m.get("t"), m.get("step"), contrib["step"]))
+            return m
+        else:
+            got = recv_all(self.peers, self.a.op_timeout, None, "step %d" % contrib["step"])
+            parts = [contrib] + [got[c] for c in self.peers]
+            for c, p in zip(self.peers, parts[1:]):
+                if p.get("t") != "grad" or p.get("step") != contrib["step"]:
+                    raise PeerLost("%s sent %r for step %r during step %d"
+                                   % (c.name, p.get("t"), p.get("step"), contrib["step"]))
+        n = sum(p["n"] for p in parts)
+        gw = [0.0] * self.a.dim
+        gb = 0.0
+        loss = 0.0
+        for p in parts:
+            for j, v in enumerate(p["gw"]):
+                gw[j] += v
+            gb += p["gb"]
+            loss += p["loss"]
+        n = max(n, 1)
+        upd = {"t": "update", "step": contrib["step"],
+               "gw": [v / n for v in gw], "gb": gb / n, "loss": loss / n,
+               "stop": any(p["stop"] for p in parts),
+               "drain": any(p["drain"] for p in parts)}
+        for c in self.peers:
+            send_msg(c.sock, upd)
+        return upd
+
+    def save(self, reason):
+        if self.env.rank != 0 or not self.a.ckpt_dir or self.step == self.saved_step:
+            return
+        os.makedirs(self.a.ckpt_dir, exist_ok=True)
+        path = os.path.join(self.a.ckpt_dir, CKPT_FILE)
+        body = {"format": CKPT_FORMAT, "step": self.step, "weights": self.w, "bias": self.b,
+                "loss": self.loss, "world_size": self.env.world_size, "time": time.time(),
+                "run_id": self.env.run_id, "restart_count": self.env.restart_count,
+                "config": {"dim": self.a.dim, "samples": self.a.samples, "batch": self.a.batch,
+                           "lr": self.a.lr, "seed": self.a.seed}}
+        atomic_write(path, json.dumps(body, separators=(",", ":")) + "\n")
+        self.saved_step = self.step
+        emit("checkpoint", rank=0, step=self.step, reason=reason, path=path)
+
+    def write_done(self):
+        if self.env.rank != 0 or not self.a.ckpt_dir:
+            return
+        atomic_write(os.path.join(self.a.ckpt_dir, DONE_FILE),
+                     json.dumps({"step": self.step, "time": time.time(), "script": "train.py"}) + "\n")
+
+    def run_steps(self):
+        """Returns when the run is done or the group agreed to stop; the
+        second value says which (True: stop requested by someone)."""
+        while self.step < self.a.steps:
+            if self.a.step_time > 0:
+                time.sleep(self.a.step_time)  # simulated compute; SIGTERM lands here mostly
+            idx = self.ds.shard(self.step, self.a.batch, self.env.rank, self.env.world_size)
+            gw, gb, loss, n = local_gradient(self.ds, idx, self.w, self.b)
+            upd = self.allreduce({"t": "grad", "step": self.step, "gw": gw, "gb": gb, "loss": loss,
+                                  "n": n, "stop": self.stop.set, "drain": self.check_drain()})
+            # The same update on every rank keeps the replicas identical.
+            self.w = [w - self.a.lr * g for w, g in zip(self.w, upd["gw"])]
+            self.b = self.b - self.a.lr * upd["gb"]
+            self.step += 1
+            self.loss = upd["loss"]
+            emit("step", step=self.step, world_size=self.env.world_size, rank=self.env.rank,
+                 loss=self.loss)
+            if upd["drain"] and not self.drained:
+                self.drained = True
+                emit("drain", rank=self.env.rank, step=self.step, local=self.drain_notice is not None,
+                     notice=self.drain_notice)
+                self.save("drain")
+            if self.step >= self.a.steps:
+                break  # finishing beats stopping: nothing would be left to resume
+            if upd["stop"]:
+                self.save("stop")
+                return True
+            if self.step % self.a.ckpt_every == 0:
+                self.save("periodic")
+        self.save("done")
+        self.write_done()
+        return False
+
+    def close(self):
+        for c in self.peers + ([self.master] if self.master else []):
+            c.close()
+
+
+def await_own_signal(stop, grace):
+    """The group broke because a peer stopped or died. If our own SIGTERM is
+    on its way (the agent stops every worker), exit 0 like the others;
+    otherwise this is a failure the agent must see."""
+    deadline = time.monotonic() + grace
+    while not stop.set and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stop.set
+
+
+def main(argv):
+    stop = StopFlag()
+    stop.install()
+    try:
+        args = parse_args(argv)
+        env = Env()
+    except UsageError as e:
+        emit("error", error=str(e), exit_code=EXIT_USAGE)
+        write_error_file(e)
+        return EXIT_USAGE
+    t = Trainer(args, env, stop)
+    emit("start", rank=env.rank, world_size=env.world_size, local_rank=env.local_rank,
+         group_rank=env.group_rank, restart_count=env.restart_count, run_id=env.run_id,
+         node_id=env.node_id, master="%s:%d" % (env.master_addr, env.master_port) if env.world_size > 1 else "",
+         ckpt_dir=args.ckpt_dir, steps=args.steps, pid=os.getpid())
+    try:
+        try:
+            done = t.form_group()
+        except Stopped:
+            emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK)
+            return EXIT_OK
+        if done:
+            emit("done", rank=env.rank, world_size=env.world_size, step=t.step, weights=t.w, bias=t.b,
+                 loss=t.loss, already=True)
+            return EXIT_OK
+        try:
+            stopped = t.run_steps()
+        except PeerLost as e:
+            # Every completed step is consistent on every rank: keep it.
+            t.save("peer-lost")
+            t.close()
+            if await_own_signal(stop, 0 if stop.set else args.peer_grace):
+                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, aborted=str(e), exit_code=EXIT_OK)
+                return EXIT_OK
+            emit("error", rank=env.rank, step=t.step, error=str(e), exit_code=EXIT_PEER)
+            write_error_file(e)
+            return EXIT_PEER
+        if stopped:
+            t.close()
+            if await_own_signal(stop, args.peer_grace):
+                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK)
+                return EXIT_OK
+            e = PeerLost("a peer was stopped at step %d" % t.step)
+            emit("error", rank=env.rank, step=t.step, error=str(e), exit_code=EXIT_PEER)
+            write_error_file(e)
+            return EXIT_PEER
+        emit("done", rank=env.rank, world_size=env.world_size, step=t.step, weights=t.w, bias=t.b, loss=t.loss)
+        return EXIT_OK
+    except UsageError as e:
+        emit("error", rank=env.rank, error=str(e), exit_code=EXIT_USAGE)
+        write_error_file(e)
+        return EXIT_USAGE
+    except PeerLost as e:  # the group never formed
+        if stop.set:
+            emit("stop", rank=env.rank, signal=stop.signal, step=t.step, aborted=str(e), exit_code=EXIT_OK)
+            return EXIT_OK
+        emit("error", rank=env.rank, error=str(e), exit_code=EXIT_PEER)
+        write_error_file(e)
+        return EXIT_PEER
+    except Exception as e:
+        emit("error", rank=env.rank, error="%s: %s" % (type(e).__name__, e), exit_code=EXIT_ERROR)
+        write_error_file(e)
+        traceback.print_exc()
+        return EXIT_ERROR
+    finally:
+        t.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
