@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/providers/local/imdsfake"
+)
+
+type recordingReporter struct {
+	mu      sync.Mutex
+	notices []interruption.Notice
+}
+
+func (r *recordingReporter) ReportNotice(_ context.Context, n interruption.Notice) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notices = append(r.notices, n)
+	return errors.New("daemon unreachable") // the agent must drain regardless
+}
+
+func (r *recordingReporter) got() []interruption.Notice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]interruption.Notice(nil), r.notices...)
+}
+
+// waitFor polls cond every 20 ms for at most limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunDrainsOnSpotNotice(t *testing.T) {
+	fake := imdsfake.New(imdsfake.Identity{InstanceID: "i-0agent", AvailabilityZone: "local-a", LifeCycle: "spot"}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := imdsfake.Serve(ln, fake)
+	defer srv.Close(context.Background())
+
+	root := t.TempDir()
+	cfg, err := ParseConfig([]byte(`{"fleet":"f","node_id":"node-7","metadata":{"kind":"aws-imds","url":"http://192.0.2.1:9"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &recordingReporter{}
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, Root: root, MetadataURL: srv.URL, NodeAddr: "127.0.10.9",
+			Stderr: pw, Reporter: rep, PollInterval: 50 * time.Millisecond})
+		pw.Close()
+	}()
+	stderrLines := make(chan []string, 1)
+	go func() {
+		var lines []string
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		stderrLines <- lines
+	}()
+
+	paths := PathsFor(cfg, root)
+	waitFor(t, 5*time.Second, "pid file", func() bool {
+		b, err := os.ReadFile(paths.PIDFile)
+		return err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid())
+	})
+	deadline := time.Now().Add(90 * time.Second).UTC().Truncate(time.Second)
+	fake.SetSpotAction("terminate", deadline)
+	fake.SetRebalance(time.Now())
+
+	waitFor(t, 5*time.Second, "drain file", func() bool { _, err := os.Stat(paths.DrainFile); return err == nil })
+	d, err := ReadDrain(paths.DrainFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kind != interruption.SpotInterruption || !d.Deadline.Equal(deadline) || d.Source != "aws-imds" {
+		t.Fatalf("drain file %+v", d)
+	}
+	waitFor(t, 5*time.Second, "two reported notices", func() bool { return len(rep.got()) == 2 })
+
+	// A later maintenance event must not postpone the drain.
+	fake.SetScheduledEvents([]imdsfake.ScheduledEvent{{Code: "instance-stop", EventID: "e1", State: "active", NotBefore: deadline.Add(time.Hour), NotAfter: deadline.Add(2 * time.Hour)}})
+	waitFor(t, 5*time.Second, "maintenance notice", func() bool { return len(rep.got()) == 3 })
+	if d2, _ := ReadDrain(paths.DrainFile); !d2.Deadline.Equal(deadline) {
+		t.Fatalf("drain deadline moved to %v", d2.Deadline)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(paths.PIDFile); !os.IsNotExist(err) {
+		t.Fatalf("pid file left behind: %v", err)
+	}
+	for _, n := range rep.got() {
+		if n.Node != "node-7" || n.Instance != "i-0agent" {
+			t.Fatalf("notice without identity: %+v", n)
+		}
+	}
+
+	// The log file and stderr carry the same JSON lines, notices included.
+	logBytes, err := os.ReadFile(paths.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := <-stderrLines
+	if strings.Join(lines, "\n")+"\n" != string(logBytes) {
+		t.Fatalf("stderr and log file differ:\n%s\n---\n%s", strings.Join(lines, "\n"), logBytes)
+	}
+	kinds := map[string]bool{}
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if rec["msg"] == "notice" {
+			kinds[rec["kind"].(string)] = true
+		}
+	}
+	if !kinds["spot-interruption"] || !kinds["rebalance"] || !kinds["maintenance"] {
+		t.Fatalf("notices logged: %v", kinds)
+	}
+}
+
+func TestRunRejectsUnsupportedMetadata(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"fleet":"f","node_id":"n","metadata":{"kind":"gce"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Run(t.Context(), Options{Config: cfg, Root: t.TempDir(), Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "gce") {
+		t.Fatalf("Run with gce metadata: %v", err)
+	}
+}
+
+func TestRunWithoutMetadataStopsOnCancel(t *testing.T) {
+	cfg, _ := ParseConfig([]byte(`{"fleet":"f","node_id":"n"}`))
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, Options{Config: cfg, Root: root, Stderr: io.Discard}) }()
+	waitFor(t, 5*time.Second, "pid file", func() bool { _, err := os.Stat(PathsFor(cfg, root).PIDFile); return err == nil })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -1,0 +1,151 @@
+package imds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleetd/interruption"
+)
+
+// DefaultInterval is how often a Watcher polls. AWS advises 5 s and NTH
+// polls every 2 s; IMDS is host-local and cheap, and with a 30–120 s notice
+// window every second of detection latency is drain time, so we poll at 1 s.
+const DefaultInterval = time.Second
+
+// Metadata paths the watcher polls, relative to /latest/.
+const (
+	PathInstanceAction = "meta-data/spot/instance-action"
+	PathRebalance      = "meta-data/events/recommendations/rebalance"
+	PathScheduled      = "meta-data/events/maintenance/scheduled"
+	PathInstanceID     = "meta-data/instance-id"
+)
+
+// Watcher polls IMDS for interruption notices and emits each distinct
+// notice once. It is not safe for concurrent use; run one Run per Watcher.
+type Watcher struct {
+	Client *Client
+	// Interval between polls; default DefaultInterval.
+	Interval time.Duration
+	// Node is copied into every notice (fleetd's node id).
+	Node string
+	// Instance is copied into every notice; when empty it is read from
+	// meta-data/instance-id on the first poll that can reach IMDS.
+	Instance string
+	// OnError, if set, receives every poll error; polling goes on.
+	OnError func(error)
+
+	seen map[string]bool
+}
+
+// Run polls until ctx is done, calling emit (from this goroutine) for each
+// new notice. It returns nil when ctx is cancelled.
+func (w *Watcher) Run(ctx context.Context, emit func(interruption.Notice)) error {
+	if w.Client == nil {
+		return errors.New("imds watcher: no client")
+	}
+	interval := w.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		notices, err := w.Poll(ctx)
+		for _, n := range notices {
+			emit(n)
+		}
+		if err != nil && ctx.Err() == nil && w.OnError != nil {
+			w.OnError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Poll reads every notice endpoint once and returns the notices not
+// returned before. An endpoint that fails does not hide the others'
+// notices; the errors are joined.
+//
+// Dedup: a spot action and a rebalance recommendation happen at most once in
+// an instance's life, so they are emitted once per kind even if their time
+// field changes between polls (mocks that recompute "now + 2 min" on every
+// request made NTH re-handle the same ITN every poll, NTH#146). Scheduled
+// events are emitted once per EventId.
+func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
+	if w.seen == nil {
+		w.seen = map[string]bool{}
+	}
+	var (
+		out  []interruption.Notice
+		errs []error
+	)
+	add := func(key string, n interruption.Notice) {
+		if w.seen[key] {
+			return
+		}
+		w.seen[key] = true
+		n.Node, n.Instance = w.Node, w.Instance
+		out = append(out, n)
+	}
+
+	if w.Instance == "" {
+		if b, err := w.Client.Get(ctx, PathInstanceID); err == nil {
+			w.Instance = strings.TrimSpace(string(b))
+		} else {
+			errs = append(errs, err)
+		}
+	}
+
+	if body, err := w.get(ctx, PathInstanceAction); err != nil {
+		errs = append(errs, err)
+	} else if body != nil {
+		if a, err := ParseInstanceAction(body); err != nil {
+			errs = append(errs, err)
+		} else {
+			add(string(interruption.SpotInterruption), SpotNotice(a))
+		}
+	}
+
+	if body, err := w.get(ctx, PathRebalance); err != nil {
+		errs = append(errs, err)
+	} else if body != nil {
+		if t, err := ParseRebalance(body); err != nil {
+			errs = append(errs, err)
+		} else {
+			add(string(interruption.Rebalance), RebalanceNotice(t))
+		}
+	}
+
+	// Unlike the other two, the scheduled-events path always exists ("[]"
+	// when empty), so a 404 is an error here.
+	if body, err := w.Client.Get(ctx, PathScheduled); err != nil {
+		errs = append(errs, err)
+	} else if evs, err := ParseScheduledEvents(body); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, ev := range evs {
+			if ev.Active() {
+				add("maintenance/"+ev.EventID, MaintenanceNotice(ev))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// get returns (nil, nil) on 404, the normal "nothing scheduled" answer.
+func (w *Watcher) get(ctx context.Context, path string) ([]byte, error) {
+	body, err := w.Client.Get(ctx, path)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("poll: %w", err)
+	}
+	return body, nil
+}

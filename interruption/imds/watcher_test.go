@@ -1,0 +1,126 @@
+package imds
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/providers/local/imdsfake"
+)
+
+func TestPollEmitsEachNoticeOnce(t *testing.T) {
+	f := newFake(t)
+	w := &Watcher{Client: f.client(t, time.Hour), Node: "node-1"}
+	s := f.server()
+
+	got, err := w.Poll(t.Context())
+	if err != nil || len(got) != 0 {
+		t.Fatalf("quiet IMDS: %v, %v", got, err)
+	}
+
+	at := f.clk.Now().Add(2 * time.Minute)
+	s.SetSpotAction("terminate", at)
+	s.SetRebalance(f.clk.Now())
+	s.SetScheduledEvents([]imdsfake.ScheduledEvent{
+		{Code: "instance-retirement", EventID: "ev-1", State: "active", NotBefore: at, NotAfter: at.Add(time.Hour)},
+		{Code: "system-reboot", EventID: "ev-old", State: "completed", NotBefore: at, NotAfter: at},
+	})
+	got, err = w.Poll(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[interruption.Kind]interruption.Notice{}
+	for _, n := range got {
+		kinds[n.Kind] = n
+	}
+	if len(got) != 3 || len(kinds) != 3 {
+		t.Fatalf("want spot, rebalance and one active maintenance notice, got %+v", got)
+	}
+	spot := kinds[interruption.SpotInterruption]
+	if spot.Node != "node-1" || spot.Instance != "i-0abc" || !spot.Deadline.Equal(at) || spot.Source != Source {
+		t.Fatalf("spot notice %+v", spot)
+	}
+	if m := kinds[interruption.Maintenance]; m.ID != "ev-1" || !m.Deadline.Equal(at) {
+		t.Fatalf("maintenance notice %+v", m)
+	}
+
+	// Same state, and a spot time that moves (as some mocks do): nothing new.
+	s.SetSpotAction("terminate", at.Add(time.Second))
+	if got, err = w.Poll(t.Context()); err != nil || len(got) != 0 {
+		t.Fatalf("second poll: %+v, %v", got, err)
+	}
+	// A new scheduled event is new.
+	s.SetScheduledEvents([]imdsfake.ScheduledEvent{{Code: "system-reboot", EventID: "ev-2", State: "active", NotBefore: at, NotAfter: at}})
+	if got, err = w.Poll(t.Context()); err != nil || len(got) != 1 || got[0].ID != "ev-2" {
+		t.Fatalf("new event: %+v, %v", got, err)
+	}
+}
+
+func TestPollReportsMalformedBodiesButKeepsOthers(t *testing.T) {
+	// IMDS that serves a broken instance-action but a valid rebalance.
+	inner := imdsfake.New(imdsfake.Identity{InstanceID: "i-1"}, nil)
+	inner.SetRebalance(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/latest/"+PathInstanceAction {
+			_, _ = w.Write([]byte(`{"action":`))
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c, _ := NewClient(ts.URL)
+	w := &Watcher{Client: c}
+	got, err := w.Poll(t.Context())
+	if err == nil {
+		t.Fatal("malformed instance-action not reported")
+	}
+	if len(got) != 1 || got[0].Kind != interruption.Rebalance {
+		t.Fatalf("got %+v, want the rebalance notice despite the error", got)
+	}
+}
+
+func TestRunSeesInjectedNotice(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, time.Hour)
+	c.Now = nil // real time: Run uses a real ticker
+	f.server().Now = nil
+	w := &Watcher{Client: c, Interval: 50 * time.Millisecond, Node: "n"}
+	var errs []error
+	w.OnError = func(err error) { errs = append(errs, err) }
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	notices := make(chan interruption.Notice, 4)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, func(n interruption.Notice) { notices <- n }) }()
+
+	time.Sleep(120 * time.Millisecond) // let a few quiet polls happen first
+	f.server().SetSpotAction("terminate", time.Now().Add(2*time.Minute))
+	select {
+	case n := <-notices:
+		if n.Kind != interruption.SpotInterruption {
+			t.Fatalf("got %+v", n)
+		}
+	case <-time.After(5 * time.Second): // generous: the interval is 50 ms
+		t.Fatal("notice not seen")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	select {
+	case n := <-notices:
+		t.Fatalf("notice emitted twice: %+v", n)
+	default:
+	}
+	if len(errs) != 0 {
+		t.Fatalf("poll errors: %v", errs)
+	}
+	if err := (&Watcher{}).Run(t.Context(), nil); err == nil || errors.Is(err, context.Canceled) {
+		t.Fatalf("Run without client: %v", err)
+	}
+}
