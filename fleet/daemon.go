@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/rendezvous"
 )
 
 // Options are the daemon's injected dependencies.
@@ -31,6 +33,18 @@ type Options struct {
 	// Now is the clock; time.Now when nil. Injected so tests and the
 	// simulator control time.
 	Now func() time.Time
+	// Providers hands out providers by name (the plugin manager in
+	// production, in-process providers in tests).
+	Providers ProviderSource
+	// Tick is the periodic reconcile interval (default 2s).
+	Tick time.Duration
+	// Params tune the reconciler (zero values mean its defaults).
+	Params reconcile.Params
+}
+
+// ProviderSource is what the daemon needs from the plugin manager.
+type ProviderSource interface {
+	Get(ctx context.Context, name string) (providers.Provider, error)
 }
 
 // Daemon is one running fleetd control daemon.
@@ -55,6 +69,18 @@ type Daemon struct {
 	evNotify chan struct{} // closed and replaced at every appended event
 
 	kickc chan struct{}
+	tick  time.Duration
+
+	rdzv   *rendezvous.Service
+	params reconcile.Params
+	stats  *recoveryStats
+	logs   logRing
+
+	rtMu       sync.Mutex
+	runtimes   map[string]*fleetRuntime
+	fleetLocks map[string]*sync.Mutex
+	noticeAt   sync.Map
+	rdzvEvents chan state.Event
 
 	specMu    sync.Mutex
 	specCache map[string]cachedSpec
@@ -81,7 +107,14 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1)}
+	d := &Daemon{cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
+		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096)}
+	if d.tick <= 0 {
+		d.tick = 2 * time.Second
+	}
+	if d.params.OrphanGrace == 0 {
+		d.params.OrphanGrace = cfg.OrphanGraceDuration()
+	}
 	if err := d.initIdentity(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -96,7 +129,14 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 	}
+	d.rdzv, err = rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: st}, Now: now, Logger: log, OnChange: d.onRendezvous})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
 	d.api = api.NewServer(d, d.token, log)
+	d.api.Extra.Handle("/v1/rendezvous/", d.rdzv.Handler(rendezvous.AuthorizerFunc(d.authorizeNode)))
+	d.mountAgentAPI(d.api.Extra)
 	return d, nil
 }
 
@@ -211,6 +251,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.httpSrv.Serve(d.listener) }()
 	go d.reconcileLoop(ctx)
+	go d.rdzvEventWriter(ctx)
 	d.kick()
 	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
 	select {
@@ -231,8 +272,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the state store; call after Run returns.
-func (d *Daemon) Close() error { return d.store.Close() }
+// Close releases the rendezvous service and the state store; call after Run returns.
+func (d *Daemon) Close() error {
+	if d.rdzv != nil {
+		d.rdzv.Close()
+	}
+	return d.store.Close()
+}
 
 // appendEvents persists events in tx and wakes long-polls after commit.
 func (d *Daemon) notifyEvents() {

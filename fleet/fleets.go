@@ -186,7 +186,6 @@ func (d *Daemon) plan(tx state.Tx, file *spec.File) (api.Plan, error) {
 		} else {
 			fp.Terminate = fp.CurrentNodes - fp.TargetNodes
 		}
-		d.planOfferings(tx, fl, &fp)
 		p.Fleets = append(p.Fleets, fp)
 	}
 	return p, nil
@@ -213,7 +212,14 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 		p, err = d.plan(tx, file)
 		return err
 	})
-	return p, err
+	if err != nil {
+		return p, err
+	}
+	// Provider calls happen outside the transaction: they can be slow.
+	for i, fl := range file.Fleets {
+		d.planOfferings(ctx, fl, &p.Fleets[i])
+	}
+	return p, nil
 }
 
 // Apply implements api.Backend: store every fleet of the file (a new

@@ -8,11 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/plugins"
 )
 
 func init() {
@@ -78,7 +82,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d, err := fleet.New(ctx, fleet.Options{Config: cfg, Version: version, Logger: log, Schema: builtinSchema})
+	mgr := newPluginManager(cfg, log)
+	// Deferred first so it runs last: no provider process outlives the daemon.
+	defer mgr.Close()
+	d, err := fleet.New(ctx, fleet.Options{Config: cfg, Version: version, Logger: log, Schema: builtinSchema, Providers: mgr})
 	if err != nil {
 		return exitCode(stderr, err)
 	}
@@ -98,6 +105,29 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, err)
 	}
 	return exitOK
+}
+
+// newPluginManager starts built-in providers by re-executing this binary and
+// external ones from the plugin dir, pinned by the config's checksums.
+func newPluginManager(cfg fleet.Config, log *slog.Logger) *plugins.Manager {
+	sums := map[string]string{}
+	for _, p := range cfg.Plugins {
+		sums[p.Name] = p.SHA256
+	}
+	level := hclog.Info
+	if strings.EqualFold(cfg.LogLevel, "debug") {
+		level = hclog.Debug
+	}
+	return plugins.NewManager(plugins.ManagerOptions{
+		Builtins:  builtinProviderNames(),
+		PluginDir: cfg.PluginDir,
+		Checksums: sums,
+		Env: func(name string) []string {
+			// Local nodes keep their files inside the daemon's data dir.
+			return []string{envLocalStateDir + "=" + filepath.Join(cfg.DataDir, "local")}
+		},
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugins", Level: level, Output: os.Stderr}),
+	})
 }
 
 func newLogger(w io.Writer, level string, asJSON bool) (*slog.Logger, error) {

@@ -68,3 +68,11 @@ type InterruptRequest struct {
 	Kind string        `json:"kind,omitempty"` // default spot-interruption
 	Lead time.Duration `json:"lead,omitempty"` // default: the provider's notice lead
 }
+
+// DoneRequest reports that the training job ended (any node may send it;
+// the first one wins).
+type DoneRequest struct {
+	Success bool   `json:"success"`
+	Step    int64  `json:"step,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+}

@@ -125,7 +125,7 @@ func Render(in Input) (string, error) {
 
 	var run [][]string
 	if in.AgentURL != "" {
-		curl := []string{"curl", "-fsSL", "--retry", "10", "--retry-connrefused", "-o", AgentBinaryPath + ".download"}
+		curl := []string{"curl", "-fsSL", "--retry", "10", "--retry-connrefused", "-H", "Authorization: Bearer " + a.Token, "-o", AgentBinaryPath + ".download"}
 		if len(in.CACertPEM) > 0 {
 			curl = append(curl, "--cacert", CACertPath)
 		}

@@ -27,8 +27,13 @@ type Fleet struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Generation int64             `json:"generation"` // bumped by every PutFleet
 	Destroying bool              `json:"destroying,omitempty"`
-	CreatedAt  time.Time         `json:"created_at"`
-	UpdatedAt  time.Time         `json:"updated_at"`
+	// Completed is set when the training job finished; the fleet then
+	// scales to zero but stays listed with its outcome.
+	Completed   bool      `json:"completed,omitempty"`
+	Succeeded   bool      `json:"succeeded,omitempty"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // NodeState is a node's lifecycle state.

@@ -1,0 +1,628 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// fleetRuntime is the controller's per-fleet memory between passes. The
+// parts that must survive a restart (fallback and scale times) are
+// persisted in meta under runtimeKey.
+type fleetRuntime struct {
+	Fallback      placement.FallbackState `json:"fallback"`
+	LastScaleUp   time.Time               `json:"last_scale_up,omitzero"`
+	LastScaleDown time.Time               `json:"last_scale_down,omitzero"`
+
+	alerts      []reconcile.Alert
+	notices     map[string]interruption.Notice // by Notice.Key()
+	offerings   map[string][]providers.Offering
+	offeringsAt map[string]time.Time
+	lastPass    time.Time
+	plan        reconcile.Plan
+}
+
+func runtimeKey(fleet string) string { return "runtime/" + fleet }
+
+// offeringsTTL bounds how stale the market view may be; capacity errors
+// reach placement through the unavailable cache at once anyway.
+const offeringsTTL = 30 * time.Second
+
+func (d *Daemon) runtime(name string) *fleetRuntime {
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	rt, ok := d.runtimes[name]
+	if !ok {
+		rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{}}
+		_ = d.store.View(context.Background(), func(tx state.Tx) error {
+			b, err := tx.Meta(runtimeKey(name))
+			if err == nil && len(b) > 0 {
+				_ = json.Unmarshal(b, rt)
+			}
+			return nil
+		})
+		d.runtimes[name] = rt
+	}
+	return rt
+}
+
+// HandleNotice takes an interruption notice from any source. Notices are
+// idempotent by node+kind; the first one excludes the node from the next
+// rendezvous round at once (survivors restart before it dies) and wakes the
+// reconciler, which drains it and launches its replacement.
+func (d *Daemon) HandleNotice(ctx context.Context, fleetName string, n interruption.Notice) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	var node state.Node
+	err := d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		node, err = tx.Node(fleetName, n.Node)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("notice for %s/%s: %w", fleetName, n.Node, err)
+	}
+	if n.Instance == "" {
+		n.Instance = node.InstanceID
+	}
+	rt := d.runtime(fleetName)
+	d.rtMu.Lock()
+	_, dup := rt.notices[n.Key()]
+	if !dup {
+		rt.notices[n.Key()] = n
+	}
+	d.rtMu.Unlock()
+	if dup {
+		return nil
+	}
+	if n.Kind.Terminal() {
+		d.noteNotice(fleetName, d.now())
+	}
+	msg := fmt.Sprintf("%s notice for %s from %s", n.Kind, n.Node, n.Source)
+	if !n.Deadline.IsZero() {
+		msg += fmt.Sprintf(", deadline in %s", n.Deadline.Sub(d.now()).Round(time.Second))
+	}
+	d.appendEvent(ctx, state.Event{Fleet: fleetName, Node: n.Node, Type: "notice", Message: msg,
+		Data: map[string]string{"kind": string(n.Kind), "source": n.Source}})
+	if n.Kind.Terminal() && d.rdzv != nil {
+		if err := d.rdzv.Exclude(ctx, fleetName, n.Node, string(n.Kind)+" notice"); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
+			d.log.Warn("rendezvous exclude", "fleet", fleetName, "node", n.Node, "err", err)
+		}
+	}
+	d.kick()
+	return nil
+}
+
+// reconcileAll runs one pass over every fleet.
+func (d *Daemon) reconcileAll(ctx context.Context) {
+	var fleets []state.Fleet
+	if err := d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		fleets, err = tx.Fleets()
+		return err
+	}); err != nil {
+		d.log.Error("reconcile: list fleets", "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, f := range fleets {
+		wg.Add(1)
+		go func(f state.Fleet) {
+			defer wg.Done()
+			start := time.Now()
+			if err := d.reconcileFleet(ctx, f); err != nil && ctx.Err() == nil {
+				d.log.Error("reconcile", "fleet", f.Name, "err", err)
+			}
+			d.observeReconcile(f.Name, time.Since(start))
+		}(f)
+	}
+	wg.Wait()
+}
+
+// providerFor returns the fleet's provider and its config.
+func (d *Daemon) providerFor(ctx context.Context, f state.Fleet, name string) (providers.Provider, providers.Config, error) {
+	if d.opts.Providers == nil {
+		return nil, providers.Config{}, errors.New("no providers configured")
+	}
+	fl, err := d.fleetSpec(f)
+	if err != nil {
+		return nil, providers.Config{}, err
+	}
+	pb, ok := fl.Provider(name)
+	if !ok {
+		return nil, providers.Config{}, fmt.Errorf("fleet %s has no provider %q block", f.Name, name)
+	}
+	p, err := d.opts.Providers.Get(ctx, name)
+	if err != nil {
+		return nil, providers.Config{}, fmt.Errorf("provider %s: %w", name, err)
+	}
+	return p, providers.Config{Fleet: f.Name, Raw: pb.Config}, nil
+}
+
+func rendezvousConfig(fl *spec.Fleet) rendezvous.Config {
+	return rendezvous.Config{MinNodes: fl.MinNodes, MaxNodes: fl.MaxNodes, LastCall: fl.Rendezvous.LastCall,
+		Heartbeat: fl.Rendezvous.Heartbeat, DeadAfter: fl.Rendezvous.DeadAfter, MasterPort: fl.Training.MasterPort}
+}
+
+// reconcileFleet observes one fleet, asks the reconciler for a plan and
+// executes it, persisting every node change before acting on it.
+func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
+	d.fleetLock(f.Name).Lock()
+	defer d.fleetLock(f.Name).Unlock()
+	fl, err := d.fleetSpec(f)
+	if err != nil {
+		return err
+	}
+	now := d.now()
+	rt := d.runtime(f.Name)
+	if d.rdzv != nil && !f.Destroying && !f.Completed {
+		if err := d.rdzv.Configure(ctx, f.Name, rendezvousConfig(fl)); err != nil {
+			d.log.Warn("rendezvous configure", "fleet", f.Name, "err", err)
+		}
+	}
+
+	var nodes []state.Node
+	records := map[string]state.OfferingRecord{}
+	err = d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		if nodes, err = tx.Nodes(f.Name); err != nil {
+			return err
+		}
+		recs, err := tx.Offerings()
+		for _, r := range recs {
+			records[r.Key] = r
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
+	// Observe every provider the fleet uses or its nodes still live on.
+	provNames := map[string]bool{}
+	for _, p := range fl.Providers {
+		provNames[p.Name] = true
+	}
+	for _, n := range nodes {
+		if n.Offering.Provider != "" {
+			provNames[n.Offering.Provider] = true
+		}
+	}
+	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
+		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
+		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
+		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: d.params}
+	names := make([]string, 0, len(provNames))
+	for n := range provNames {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p, cfg, err := d.providerFor(ctx, f, name)
+		if err != nil {
+			d.log.Warn("provider unavailable", "fleet", f.Name, "provider", name, "err", err)
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		insts, err := p.List(lctx, cfg, map[string]string{providers.TagFleet: f.Name})
+		cancel()
+		d.countProviderCall(name, "list", err)
+		if err != nil {
+			d.log.Warn("provider list failed", "fleet", f.Name, "provider", name, "err", err)
+		} else {
+			in.ObservedOK[name] = true
+			in.Instances = append(in.Instances, insts...)
+		}
+		if f.Destroying || f.Completed {
+			continue
+		}
+		offs := rt.offerings[name]
+		if now.Sub(rt.offeringsAt[name]) > offeringsTTL || offs == nil {
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			o, err := p.Offerings(octx, cfg)
+			cancel()
+			d.countProviderCall(name, "offerings", err)
+			if err != nil {
+				d.log.Warn("provider offerings failed", "fleet", f.Name, "provider", name, "err", err)
+			} else {
+				offs = o
+				rt.offerings[name], rt.offeringsAt[name] = o, now
+			}
+		}
+		in.Offerings = append(in.Offerings, offs...)
+	}
+
+	// Membership as the rendezvous sees it; heartbeat silence is a notice.
+	if d.rdzv != nil {
+		if st, err := d.rdzv.Status(f.Name); err == nil {
+			for _, m := range st.Members {
+				in.Joined[m.NodeID] = true
+				if m.GroupRank != nil && st.State == rendezvous.RoundClosed {
+					in.InRound[m.NodeID] = true
+				}
+			}
+		}
+	}
+	for _, n := range nodes {
+		if n.State == state.NodeJoined || n.State == state.NodeRunning {
+			in.Joined[n.ID] = true
+		}
+	}
+	// Instances the provider itself reports as interrupted or gone become notices.
+	byInstance := map[string]state.Node{}
+	for _, n := range nodes {
+		if n.InstanceID != "" {
+			byInstance[n.InstanceID] = n
+		}
+	}
+	for _, inst := range in.Instances {
+		n, ok := byInstance[inst.ID]
+		if !ok || inst.Interruption == nil {
+			continue
+		}
+		kind, err := interruption.ParseKind(inst.Interruption.Kind)
+		if err != nil {
+			continue
+		}
+		if n.State == state.NodeTerminating || n.State == state.NodeTerminated || n.State == state.NodeFailed {
+			continue
+		}
+		_ = d.HandleNotice(ctx, f.Name, interruption.Notice{Node: n.ID, Instance: inst.ID, Kind: kind, Deadline: inst.Interruption.Deadline, Source: "provider/" + inst.Offering.Provider})
+	}
+	d.rtMu.Lock()
+	for key, n := range rt.notices {
+		// A notice lives while its node does.
+		alive := false
+		for _, nd := range nodes {
+			if nd.ID == n.Node && nd.State != state.NodeTerminated && nd.State != state.NodeFailed {
+				alive = true
+			}
+		}
+		if !alive {
+			delete(rt.notices, key)
+			continue
+		}
+		in.Notices = append(in.Notices, n)
+	}
+	d.rtMu.Unlock()
+	sort.Slice(in.Notices, func(i, j int) bool { return in.Notices[i].Key() < in.Notices[j].Key() })
+
+	plan := reconcile.Reconcile(in)
+	rt.plan = plan
+	if err := d.execute(ctx, f, fl, rt, in, plan); err != nil {
+		return err
+	}
+
+	// Account instance-hours per offering for the interruption rates.
+	if !rt.lastPass.IsZero() {
+		dt := now.Sub(rt.lastPass).Seconds()
+		run := map[string]float64{}
+		for _, n := range nodes {
+			if n.State == state.NodeRunning || n.State == state.NodeJoined {
+				run[n.Offering.Key()] += dt
+			}
+		}
+		if len(run) > 0 {
+			_ = d.store.Update(ctx, func(tx state.Tx) error {
+				for k, s := range run {
+					r, err := tx.Offering(k)
+					if err != nil {
+						return err
+					}
+					r.RunSeconds += s
+					if err := tx.PutOffering(r); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	rt.lastPass = now
+	if f.Destroying {
+		return d.finishDestroy(ctx, f.Name, in)
+	}
+	return nil
+}
+
+// finishDestroy forgets a destroyed fleet once nothing of it is left.
+func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.Input) error {
+	for _, inst := range in.Instances {
+		if inst.State != providers.StateTerminated {
+			return nil
+		}
+	}
+	for p := range in.ObservedOK {
+		_ = p
+	}
+	var nodes []state.Node
+	err := d.update(ctx, func(tx state.Tx) error {
+		var err error
+		if nodes, err = tx.Nodes(name); err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.State != state.NodeTerminated && n.State != state.NodeFailed {
+				return nil
+			}
+		}
+		if err := tx.DeleteFleet(name); err != nil {
+			return err
+		}
+		_ = tx.SetMeta(runtimeKey(name), nil)
+		_, err = tx.AppendEvent(state.Event{Fleet: name, Type: "fleet.destroyed", Message: fmt.Sprintf("fleet %s destroyed", name)})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if d.rdzv != nil {
+		_ = d.rdzv.Remove(ctx, name)
+	}
+	d.rtMu.Lock()
+	delete(d.runtimes, name)
+	d.rtMu.Unlock()
+	return nil
+}
+
+// transitionEvent is the event of a node state change.
+func transitionEvent(n state.Node, from state.NodeState, reason string) state.Event {
+	return state.Event{Fleet: n.Fleet, Node: n.ID, Type: "node.transition",
+		Message: fmt.Sprintf("%s → %s: %s", from, n.State, reason),
+		Data:    map[string]string{"from": string(from), "to": string(n.State), "offering": n.Offering.Key()}}
+}
+
+// putNode persists a node with its transition event in one transaction.
+func (d *Daemon) putNode(ctx context.Context, n state.Node, from state.NodeState, reason string) error {
+	return d.update(ctx, func(tx state.Tx) error {
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		if from != n.State {
+			_, err := tx.AppendEvent(transitionEvent(n, from, reason))
+			return err
+		}
+		return nil
+	})
+}
+
+// execute performs a plan's actions in order. Launches run concurrently
+// after the other actions: each persists its own records, and a slow cloud
+// call must not hold up a replacement elsewhere.
+func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt *fleetRuntime, in reconcile.Input, plan reconcile.Plan) error {
+	now := in.Now
+	var launches []reconcile.Launch
+	var alerts []reconcile.Alert
+	prevNodes := map[string]state.NodeState{}
+	for _, n := range in.Nodes {
+		prevNodes[n.ID] = n.State
+	}
+	for _, a := range plan.Actions {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		switch a := a.(type) {
+		case reconcile.Transition:
+			if err := d.putNode(ctx, a.Node, a.From, a.Reason); err != nil {
+				return fmt.Errorf("persist %s: %w", a.Node.ID, err)
+			}
+			d.onTransition(ctx, f.Name, a)
+		case reconcile.Adopt:
+			if err := d.putNode(ctx, a.Node, prevNodes[a.Node.ID], a.Reason); err != nil {
+				return err
+			}
+		case reconcile.Launch:
+			launches = append(launches, a)
+		case reconcile.Terminate:
+			p, cfg, err := d.providerFor(ctx, f, a.Provider)
+			if err != nil {
+				d.log.Warn("terminate", "node", a.NodeID, "err", err)
+				continue
+			}
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			err = p.Delete(tctx, cfg, a.InstanceID)
+			cancel()
+			d.countProviderCall(a.Provider, "delete", err)
+			if err != nil {
+				d.log.Warn("terminate failed; retried next pass", "node", a.NodeID, "instance", a.InstanceID, "err", err)
+			}
+		case reconcile.DeleteOrphan:
+			p, cfg, err := d.providerFor(ctx, f, a.Instance.Offering.Provider)
+			if err != nil {
+				continue
+			}
+			err = p.Delete(ctx, cfg, a.Instance.ID)
+			d.countProviderCall(a.Instance.Offering.Provider, "delete", err)
+			d.appendEvent(ctx, state.Event{Fleet: f.Name, Type: "orphan.deleted", Message: a.String(), Data: map[string]string{"instance": a.Instance.ID}})
+		case reconcile.MarkUnavailable:
+			if err := d.markUnavailable(ctx, a, now); err != nil {
+				return err
+			}
+		case reconcile.Alert:
+			alerts = append(alerts, a)
+		case reconcile.Drain:
+			if d.rdzv != nil {
+				if err := d.rdzv.Exclude(ctx, f.Name, a.NodeID, a.Reason); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
+					d.log.Warn("rendezvous exclude", "node", a.NodeID, "err", err)
+				}
+			}
+		case reconcile.ForgetNode:
+			if err := d.update(ctx, func(tx state.Tx) error {
+				if err := tx.DeleteNode(f.Name, a.NodeID); err != nil && !errors.Is(err, state.ErrNotFound) {
+					return err
+				}
+				_, err := tx.AppendEvent(state.Event{Fleet: f.Name, Node: a.NodeID, Type: "node.forgotten", Message: a.Reason})
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	d.setAlerts(ctx, f.Name, rt, alerts)
+	if plan.ScaledUp {
+		rt.LastScaleUp = now
+	}
+	if plan.ScaledDown {
+		rt.LastScaleDown = now
+	}
+	rt.Fallback = plan.Fallback
+	if b, err := json.Marshal(rt); err == nil {
+		_ = d.store.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(runtimeKey(f.Name), b) })
+	}
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, l := range launches {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(l reconcile.Launch) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := d.launch(ctx, f, fl, l, now); err != nil && ctx.Err() == nil {
+				d.log.Error("launch", "node", l.Node.ID, "err", err)
+			}
+		}(l)
+	}
+	wg.Wait()
+	return nil
+}
+
+// onTransition hooks side effects of node state changes.
+func (d *Daemon) onTransition(ctx context.Context, fleetName string, a reconcile.Transition) {
+	if a.To == state.NodeRunning {
+		d.noteRunning(fleetName, a.Node)
+	}
+}
+
+func (d *Daemon) markUnavailable(ctx context.Context, a reconcile.MarkUnavailable, now time.Time) error {
+	return d.update(ctx, func(tx state.Tx) error {
+		rec, err := tx.Offering(a.Key)
+		if err != nil {
+			return err
+		}
+		rec = placement.MarkUnavailable(rec, now, a.Reason, a.Kind)
+		if err := tx.PutOffering(rec); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvent(state.Event{Type: "offering.unavailable", Message: a.String(),
+			Data: map[string]string{"offering": a.Key, "kind": string(a.Kind), "until": rec.UnavailableUntil.UTC().Format(time.RFC3339)}})
+		return err
+	})
+}
+
+// setAlerts replaces a fleet's alerts, logging the new ones as events.
+func (d *Daemon) setAlerts(ctx context.Context, fleetName string, rt *fleetRuntime, alerts []reconcile.Alert) {
+	old := map[string]bool{}
+	for _, a := range rt.alerts {
+		old[a.Kind+"/"+a.Subject] = true
+	}
+	for _, a := range alerts {
+		if !old[a.Kind+"/"+a.Subject] {
+			d.appendEvent(ctx, state.Event{Fleet: fleetName, Type: "alert", Message: a.Message, Data: map[string]string{"kind": a.Kind, "subject": a.Subject}})
+		}
+	}
+	d.rtMu.Lock()
+	rt.alerts = alerts
+	d.rtMu.Unlock()
+}
+
+// launch executes one Launch action: persist, render user-data, Create,
+// persist the outcome.
+func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time) error {
+	n := l.Node
+	if !l.Relaunch {
+		if err := d.putNode(ctx, n, "", l.Reason); err != nil {
+			return err
+		}
+		d.noteLaunchRequested(f.Name, n.ID, now)
+	}
+	prov := reconcile.StartLaunch(n, now)
+	if err := d.putNode(ctx, prov, n.State, prov.Reason); err != nil {
+		return err
+	}
+	p, cfg, err := d.providerFor(ctx, f, l.Offering.Provider)
+	var created []providers.Instance
+	if err == nil {
+		var ud string
+		ud, err = d.userData(f.Name, fl, prov)
+		if err == nil {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
+				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: n.ID,
+				Tags: map[string]string{providers.TagFleet: f.Name, providers.TagNodeID: n.ID, providers.TagDaemonID: d.daemonID},
+			})
+			cancel()
+		}
+		d.countProviderCall(l.Offering.Provider, "create", err)
+	}
+	res := reconcile.AfterLaunch(prov, created, err, d.now())
+	if perr := d.putNode(ctx, res.Node, prov.State, res.Node.Reason); perr != nil {
+		return perr
+	}
+	if res.Mark != nil {
+		if err := d.markUnavailable(ctx, *res.Mark, d.now()); err != nil {
+			return err
+		}
+	}
+	if res.Succeeded {
+		_ = d.store.Update(ctx, func(tx state.Tx) error {
+			rec, err := tx.Offering(l.Offering.Key())
+			if err != nil {
+				return err
+			}
+			return tx.PutOffering(placement.RecordLaunch(rec, d.now()))
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("create %s on %s: %w", n.ID, l.Offering.Key(), err)
+	}
+	return nil
+}
+
+// metadataKind is the metadata service an agent watches on a provider.
+func metadataKind(provider string) string {
+	switch provider {
+	case "aws", "local":
+		return "aws-imds"
+	case "gcp":
+		return "gce"
+	}
+	return "none"
+}
+
+// userData renders a node's #cloud-config document.
+func (d *Daemon) userData(fleetName string, fl *spec.Fleet, n state.Node) (string, error) {
+	in := bootstrap.Input{
+		Agent: bootstrap.AgentConfig{Fleet: fleetName, NodeID: n.ID, DaemonURL: d.URL(), Token: d.NodeToken(fleetName, n.ID),
+			Metadata: bootstrap.MetadataConfig{Kind: metadataKind(n.Offering.Provider)}},
+		Setup: fl.Training.Setup,
+	}
+	if d.ca != nil {
+		in.Agent.CAFingerprint = "sha256:" + d.ca.Fingerprint
+		in.CACertPEM = d.ca.CertPEM
+	}
+	// Real VMs download the agent from the daemon; local nodes run this
+	// very binary already.
+	if n.Offering.Provider != "local" && n.Offering.Provider != "sim" {
+		_, sum, err := d.selfBinary()
+		if err != nil {
+			return "", err
+		}
+		in.AgentURL, in.AgentSHA256 = d.URL()+"/v1/agent/binary", sum
+	}
+	return bootstrap.Render(in)
+}

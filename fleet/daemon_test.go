@@ -1,0 +1,269 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/providers/providertest"
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+type staticProviders map[string]providers.Provider
+
+func (s staticProviders) Get(ctx context.Context, name string) (providers.Provider, error) {
+	p, ok := s[name]
+	if !ok {
+		return nil, fmt.Errorf("no provider %q", name)
+	}
+	return p, nil
+}
+
+const memSpec = `
+fleet "train" {
+  min_nodes = 2
+  max_nodes = 3
+  node {
+    gpus      = 1
+    gpu_types = ["T4"]
+  }
+  placement {
+    colocate = "region"
+  }
+  provider "mem" {}
+  training {
+    command = ["python3", "train.py"]
+  }
+  rendezvous {
+    last_call  = "200ms"
+    heartbeat  = "20s"
+    dead_after = "60s"
+  }
+}
+`
+
+type testDaemon struct {
+	*Daemon
+	mem    *providertest.MemProvider
+	client *api.Client
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startTestDaemon(t *testing.T, dataDir string, mem *providertest.MemProvider) *testDaemon {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Schema: func(name string) (providers.ConfigSchema, bool) {
+			if name == providertest.MemName {
+				return providertest.MemSchema, true
+			}
+			return providers.ConfigSchema{}, false
+		},
+		Providers: staticProviders{providertest.MemName: mem}, Tick: 100 * time.Millisecond})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := d.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	td := &testDaemon{Daemon: d, mem: mem, cancel: cancel, done: make(chan error, 1)}
+	go func() { td.done <- d.Run(ctx) }()
+	td.client, err = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(td.stop)
+	return td
+}
+
+func (td *testDaemon) stop() {
+	if td.cancel == nil {
+		return
+	}
+	td.cancel()
+	<-td.done
+	td.Close()
+	td.cancel = nil
+}
+
+// agentCall makes an agent API call with the node's own token.
+func (td *testDaemon) agentCall(t *testing.T, fleet, node, op string, body any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", td.URL()+"/v1/agent/"+fleet+"/"+node+"/"+op, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+td.NodeToken(fleet, node))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (td *testDaemon) nodes(t *testing.T, fleet string) []state.Node {
+	t.Helper()
+	var nodes []state.Node
+	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
+		var err error
+		nodes, err = tx.Nodes(fleet)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return nodes
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func countState(nodes []state.Node, s state.NodeState) int {
+	n := 0
+	for _, x := range nodes {
+		if x.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// joinAll registers each booting node's agent and joins it to the
+// rendezvous, like real agents do.
+func (td *testDaemon) joinAll(t *testing.T, fleet string, joined map[string]bool) {
+	t.Helper()
+	for i, n := range td.nodes(t, fleet) {
+		if joined[n.ID] || n.State != state.NodeBooting {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.%d", 10+i)
+		if code := td.agentCall(t, fleet, n.ID, "register", api.RegisterRequest{Address: addr, Zone: n.Offering.Zone}); code != 200 {
+			t.Fatalf("register %s: HTTP %d", n.ID, code)
+		}
+		c := rendezvous.NewClient(td.URL(), td.NodeToken(fleet, n.ID), nil)
+		if _, err := c.Join(context.Background(), fleet, rendezvous.JoinRequest{NodeID: n.ID, Addr: addr, Zone: n.Offering.Zone, Nproc: 1, Session: "s-" + n.ID}); err != nil {
+			t.Fatalf("join %s: %v", n.ID, err)
+		}
+		joined[n.ID] = true
+	}
+}
+
+func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := startTestDaemon(t, t.TempDir(), mem)
+	ctx := context.Background()
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	if mem.Live() != 3 {
+		t.Fatalf("live instances = %d, want 3", mem.Live())
+	}
+	joined := map[string]bool{}
+	td.joinAll(t, "train", joined)
+	waitFor(t, "3 running nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+
+	// A spot notice on one node: replacement launch requested within 1 s.
+	victim := td.nodes(t, "train")[0]
+	createsBefore := mem.Calls(providertest.OpCreate)
+	noticeAt := time.Now()
+	if code := td.agentCall(t, "train", victim.ID, "notice", api.NoticeRequest{Kind: "spot-interruption", Deadline: time.Now().Add(2 * time.Minute), Source: "imds"}); code != http.StatusAccepted {
+		t.Fatalf("notice: HTTP %d", code)
+	}
+	defer func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	}()
+	waitFor(t, "replacement launch", 5*time.Second, func() bool { return mem.Calls(providertest.OpCreate) > createsBefore })
+	if d := time.Since(noticeAt); d > time.Second {
+		t.Errorf("replacement requested %s after the notice, want ≤ 1s", d)
+	}
+	// The victim is draining and out of the rendezvous at once.
+	st, err := td.rdzv.Status("train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		if m.NodeID == victim.ID {
+			t.Fatalf("victim still a rendezvous member: %+v", m)
+		}
+	}
+	// Duplicate notices from another source are one event.
+	td.agentCall(t, "train", victim.ID, "notice", api.NoticeRequest{Kind: "spot-interruption", Source: "sqs"})
+
+	// The replacement's agent joins; the fleet returns to 3 running nodes.
+	waitFor(t, "replacement booting", 5*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 1 })
+	td.joinAll(t, "train", joined)
+	waitFor(t, "3 running again", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := 0
+	for _, e := range evs.Events {
+		if e.Type == "notice" && e.Node == victim.ID {
+			notices++
+		}
+	}
+	if notices != 1 {
+		t.Errorf("%d notice events for the victim, want 1 (idempotent)", notices)
+	}
+}
+
+func TestDaemonNodeTokenScope(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := startTestDaemon(t, t.TempDir(), mem)
+	if _, err := td.client.Apply(context.Background(), api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "nodes", 10*time.Second, func() bool { return len(td.nodes(t, "train")) >= 2 })
+	ns := td.nodes(t, "train")
+	a, b := ns[0].ID, ns[1].ID
+	// Node a's token acting on node b is forbidden; no token is 401; a node
+	// token is not an admin token.
+	body, _ := json.Marshal(api.RegisterRequest{Address: "127.0.0.9"})
+	req, _ := http.NewRequest("POST", td.URL()+"/v1/agent/train/"+b+"/register", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+td.NodeToken("train", a))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-node token: HTTP %d, want 403", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("GET", td.URL()+"/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer "+td.NodeToken("train", a))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("node token on admin API: HTTP %d, want 401", resp.StatusCode)
+	}
+}

@@ -1,0 +1,158 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// kick wakes the reconcile loop after a change of desired or observed state.
+func (d *Daemon) kick() {
+	select {
+	case d.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileLoop drives reconciliation: a periodic tick (catches losses
+// nobody announced) and kicks (applies, notices, registrations).
+func (d *Daemon) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(d.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kickc:
+		case <-t.C:
+		}
+		d.reconcileAll(ctx)
+	}
+}
+
+func (d *Daemon) fleetLock(name string) *sync.Mutex {
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	m, ok := d.fleetLocks[name]
+	if !ok {
+		m = &sync.Mutex{}
+		d.fleetLocks[name] = m
+	}
+	return m
+}
+
+// rdzvStore persists rendezvous snapshots in the state store's meta bucket.
+type rdzvStore struct{ st state.Store }
+
+const rdzvPrefix = "rendezvous/"
+
+func (s rdzvStore) SaveFleet(ctx context.Context, fleet string, snap rendezvous.Snapshot) error {
+	b, err := json.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	return s.st.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(rdzvPrefix+fleet, b) })
+}
+
+func (s rdzvStore) DeleteFleet(ctx context.Context, fleet string) error {
+	return s.st.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(rdzvPrefix+fleet, nil) })
+}
+
+func (s rdzvStore) LoadAll(ctx context.Context) (map[string]rendezvous.Snapshot, error) {
+	out := map[string]rendezvous.Snapshot{}
+	err := s.st.View(ctx, func(tx state.Tx) error {
+		fleets, err := tx.Fleets()
+		if err != nil {
+			return err
+		}
+		for _, f := range fleets {
+			b, err := tx.Meta(rdzvPrefix + f.Name)
+			if err != nil {
+				return err
+			}
+			if len(b) == 0 {
+				continue
+			}
+			var snap rendezvous.Snapshot
+			if err := json.Unmarshal(b, &snap); err != nil {
+				return fmt.Errorf("rendezvous snapshot of %s: %w", f.Name, err)
+			}
+			out[f.Name] = snap
+		}
+		return nil
+	})
+	return out, err
+}
+
+// planOfferings fills the offerings part of a plan: where the fleet would
+// launch and what it would cost per hour, from the providers' live market.
+func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.FleetPlan) {
+	if d.opts.Providers == nil || fp.Action == api.ActionDestroy {
+		return
+	}
+	records := map[string]state.OfferingRecord{}
+	_ = d.store.View(ctx, func(tx state.Tx) error {
+		recs, err := tx.Offerings()
+		for _, r := range recs {
+			records[r.Key] = r
+		}
+		return err
+	})
+	var offs []providers.Offering
+	for _, pb := range fl.Providers {
+		p, err := d.opts.Providers.Get(ctx, pb.Name)
+		if err != nil {
+			fp.Notes = append(fp.Notes, fmt.Sprintf("provider %s unavailable: %v", pb.Name, err))
+			continue
+		}
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		o, err := p.Offerings(octx, providers.Config{Fleet: fl.Name, Raw: pb.Config})
+		cancel()
+		if err != nil {
+			fp.Notes = append(fp.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
+			continue
+		}
+		offs = append(offs, o...)
+	}
+	if len(offs) == 0 {
+		fp.Notes = append(fp.Notes, "no offerings from any provider")
+		return
+	}
+	capDec := placement.Decision{Spot: fl.Node.Spot, OnDemand: !fl.Node.Spot, OnDemandLimit: -1}
+	ch := placement.Choose(placement.ChooseInput{Fleet: fl, Offerings: offs, Records: records, Now: d.now(),
+		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true})
+	if ch.Group == "" {
+		fp.Notes = append(fp.Notes, "no offering group can hold min_nodes now: "+ch.Reason)
+		return
+	}
+	byKey := map[string]*api.PlannedOffering{}
+	var order []string
+	for _, o := range ch.Launch {
+		po, ok := byKey[o.Key()]
+		if !ok {
+			po = &api.PlannedOffering{Key: o.Key(), Provider: o.Provider, Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType,
+				CapacityType: string(o.CapacityType), PricePerHour: o.PricePerHour}
+			byKey[o.Key()] = po
+			order = append(order, o.Key())
+		}
+		po.Nodes++
+		fp.CostPerHour += o.PricePerHour
+	}
+	sort.Strings(order)
+	for _, k := range order {
+		fp.Offerings = append(fp.Offerings, *byKey[k])
+	}
+	if ch.Reason != "" {
+		fp.Notes = append(fp.Notes, "placement: "+ch.Reason)
+	}
+}

@@ -1,0 +1,198 @@
+// Package placement decides where a fleet's nodes go: which offerings pass
+// the spec's constraints, how they rank by expected cost per useful
+// GPU-hour, which offerings are temporarily unavailable, which colocation
+// group a job lives in, and when on-demand capacity may be used.
+//
+// Everything here is a pure function of its inputs (the clock included):
+// no I/O, no goroutines, no randomness, so the daemon and `fleetd sim` run
+// the same decisions. The formulas are documented in docs/placement.md.
+package placement
+
+import (
+	"math"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+)
+
+// Prior is a Bayesian prior on an offering's interruption rate, expressed
+// as pseudo-observations: Interruptions seen over Hours of running.
+type Prior struct {
+	Interruptions float64 `json:"interruptions"`
+	Hours         float64 `json:"hours"`
+}
+
+// Model holds the parameters of the cost model. The zero value of a field
+// means its default (see DefaultModel).
+type Model struct {
+	// InterruptionCost is what one interruption costs in node time:
+	// restart (boot + rendezvous) plus progress lost since the last
+	// checkpoint.
+	InterruptionCost time.Duration `json:"interruption_cost"`
+	// SpotPrior and OnDemandPrior keep unseen offerings from being assumed
+	// perfect (spot) while letting on-demand start at zero.
+	SpotPrior     Prior `json:"spot_prior"`
+	OnDemandPrior Prior `json:"on_demand_prior"`
+	// AvailabilityWeight (W) and AvailabilityScale (K) shape the
+	// price-capacity penalty W·K/(a+K) for an offering with a more
+	// launchable instances.
+	AvailabilityWeight float64 `json:"availability_weight"`
+	AvailabilityScale  float64 `json:"availability_scale"`
+}
+
+// Defaults of the cost model.
+const (
+	DefaultInterruptionCost   = 10 * time.Minute
+	DefaultAvailabilityWeight = 0.3
+	DefaultAvailabilityScale  = 4.0
+)
+
+// DefaultModel returns the model with every default filled in.
+func DefaultModel() Model {
+	return Model{
+		InterruptionCost:   DefaultInterruptionCost,
+		SpotPrior:          Prior{Interruptions: 1, Hours: 20},
+		OnDemandPrior:      Prior{Interruptions: 0, Hours: 20},
+		AvailabilityWeight: DefaultAvailabilityWeight,
+		AvailabilityScale:  DefaultAvailabilityScale,
+	}
+}
+
+func (m Model) withDefaults() Model {
+	d := DefaultModel()
+	if m.InterruptionCost <= 0 {
+		m.InterruptionCost = d.InterruptionCost
+	}
+	if m.SpotPrior.Hours <= 0 {
+		m.SpotPrior = d.SpotPrior
+	}
+	if m.OnDemandPrior.Hours <= 0 {
+		m.OnDemandPrior = d.OnDemandPrior
+	}
+	if m.AvailabilityWeight <= 0 {
+		m.AvailabilityWeight = d.AvailabilityWeight
+	}
+	if m.AvailabilityScale <= 0 {
+		m.AvailabilityScale = d.AvailabilityScale
+	}
+	return m
+}
+
+// Rate is the expected number of interruptions per hour of running on o:
+// (I + prior.I) / (H + prior.H), from this deployment's own history.
+func (m Model) Rate(o providers.Offering, rec state.OfferingRecord) float64 {
+	m = m.withDefaults()
+	p := m.SpotPrior
+	if o.CapacityType == providers.OnDemand {
+		p = m.OnDemandPrior
+	}
+	hours := rec.RunSeconds / 3600
+	if hours < 0 {
+		hours = 0
+	}
+	n := float64(rec.Interruptions)
+	if n < 0 {
+		n = 0
+	}
+	return (n + p.Interruptions) / (hours + p.Hours)
+}
+
+// Useful is the fraction of paid time that makes progress when
+// interruptions arrive at rate per hour: 1/(1+rate·cost_h).
+func (m Model) Useful(rate float64) float64 {
+	m = m.withDefaults()
+	return 1 / (1 + rate*m.InterruptionCost.Hours())
+}
+
+// Candidate is an offering with its cost-model figures.
+type Candidate struct {
+	Offering providers.Offering `json:"offering"`
+	// Rate is the learned interruption rate, per hour.
+	Rate float64 `json:"rate"`
+	// Useful is the useful fraction of paid time.
+	Useful float64 `json:"useful"`
+	// Score is the expected cost per useful GPU-hour:
+	// price / (gpus · useful). GPU-less offerings count as one GPU.
+	Score float64 `json:"score"`
+	// Weighted is Score with the strategy's availability weighting; lower
+	// is better. It is what groups are compared by.
+	Weighted float64 `json:"weighted"`
+}
+
+// Evaluate computes o's figures under strategy s.
+func (m Model) Evaluate(o providers.Offering, rec state.OfferingRecord, s spec.Strategy) Candidate {
+	m = m.withDefaults()
+	rate := m.Rate(o, rec)
+	u := m.Useful(rate)
+	gpus := o.GPUs
+	if gpus <= 0 {
+		gpus = 1
+	}
+	score := o.PricePerHour / (float64(gpus) * u)
+	w := score
+	switch s {
+	case spec.StrategyLowestPrice:
+		w = o.PricePerGPUHour()
+	case spec.StrategyCapacity:
+		w = score
+	default: // price-capacity
+		w = score * (1 + m.availabilityPenalty(o.Available))
+	}
+	return Candidate{Offering: o, Rate: rate, Useful: u, Score: score, Weighted: w}
+}
+
+// availabilityPenalty is W·K/(a+K); unknown availability (a<0) counts as
+// a=K, i.e. half the maximum penalty.
+func (m Model) availabilityPenalty(a int) float64 {
+	k := m.AvailabilityScale
+	av := float64(a)
+	if a < 0 {
+		av = k
+	}
+	return m.AvailabilityWeight * k / (av + k)
+}
+
+// capacityRank orders availabilities for the capacity strategy: known
+// counts by size, unknown after every known positive count but before 0.
+func capacityRank(a int) float64 {
+	if a < 0 {
+		return 0.5
+	}
+	return float64(a)
+}
+
+// less orders candidates under strategy s: best first. Ties fall through
+// to more availability, then lower raw price, then the key, so the order
+// is total and deterministic.
+func less(a, b Candidate, s spec.Strategy) bool {
+	if s == spec.StrategyCapacity {
+		ra, rb := capacityRank(a.Offering.Available), capacityRank(b.Offering.Available)
+		if ra != rb {
+			return ra > rb
+		}
+		if a.Score != b.Score {
+			return a.Score < b.Score
+		}
+	} else {
+		if !almostEqual(a.Weighted, b.Weighted) {
+			return a.Weighted < b.Weighted
+		}
+		if s == spec.StrategyLowestPrice && !almostEqual(a.Score, b.Score) {
+			return a.Score < b.Score
+		}
+		ra, rb := capacityRank(a.Offering.Available), capacityRank(b.Offering.Available)
+		if ra != rb {
+			return ra > rb
+		}
+	}
+	if a.Offering.PricePerHour != b.Offering.PricePerHour {
+		return a.Offering.PricePerHour < b.Offering.PricePerHour
+	}
+	return a.Offering.Key() < b.Offering.Key()
+}
+
+func almostEqual(a, b float64) bool {
+	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
