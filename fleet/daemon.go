@@ -265,6 +265,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if d.cfg.Dev {
+		// A throwaway daemon takes its nodes with it; a real one never does
+		// (training must not depend on the daemon being up).
+		d.terminateAll(sctx)
+	}
 	// Long-polls are cut short by Shutdown's deadline; that is fine: clients retry.
 	if err := d.httpSrv.Shutdown(sctx); err != nil {
 		d.httpSrv.Close()
@@ -307,4 +312,39 @@ func (d *Daemon) update(ctx context.Context, fn func(state.Tx) error) error {
 		d.notifyEvents()
 	}
 	return err
+}
+
+// terminateAll deletes every instance of every fleet (dev mode shutdown).
+func (d *Daemon) terminateAll(ctx context.Context) {
+	var fleets []state.Fleet
+	_ = d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		fleets, err = tx.Fleets()
+		return err
+	})
+	for _, f := range fleets {
+		fl, err := d.fleetSpec(f)
+		if err != nil {
+			continue
+		}
+		for _, pb := range fl.Providers {
+			p, cfg, err := d.providerFor(ctx, f, pb.Name)
+			if err != nil {
+				continue
+			}
+			insts, err := p.List(ctx, cfg, map[string]string{providers.TagFleet: f.Name, providers.TagDaemonID: d.daemonID})
+			if err != nil {
+				d.log.Warn("dev shutdown: list", "fleet", f.Name, "err", err)
+				continue
+			}
+			for _, in := range insts {
+				if in.State == providers.StateTerminated {
+					continue
+				}
+				if err := p.Delete(ctx, cfg, in.ID); err != nil {
+					d.log.Warn("dev shutdown: delete", "instance", in.ID, "err", err)
+				}
+			}
+		}
+	}
 }

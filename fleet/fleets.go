@@ -280,8 +280,17 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 	if fl != nil {
 		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
 	}
-	if f.Destroying {
+	if f.Destroying || f.Completed {
 		s.TargetNodes = 0
+	}
+	s.Completed, s.Succeeded = f.Completed, f.Succeeded
+	if d.rdzv != nil {
+		if st, err := d.rdzv.Status(f.Name); err == nil {
+			s.Rendezvous = &api.RendezvousInfo{Round: st.Round, State: string(st.State), Nodes: st.Nodes, WorldSize: st.WorldSize}
+			if st.MasterAddr != "" {
+				s.Rendezvous.Master = fmt.Sprintf("%s:%d", st.MasterAddr, st.MasterPort)
+			}
+		}
 	}
 	nodes, err := tx.Nodes(f.Name)
 	if err != nil {
@@ -342,6 +351,7 @@ func (d *Daemon) Fleet(ctx context.Context, name string) (api.FleetDetail, error
 		for _, n := range nodes {
 			det.Nodes = append(det.Nodes, nodeInfo(n, now))
 		}
+		det.Recoveries, det.Alerts = d.recoveries(name), d.alerts(name)
 		return nil
 	})
 	return det, err

@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -155,4 +157,59 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	if ch.Reason != "" {
 		fp.Notes = append(fp.Notes, "placement: "+ch.Reason)
 	}
+}
+
+// OfferingsView is one fleet's ranked market view (fleetd offerings).
+type OfferingsView struct {
+	Fleet     string             `json:"fleet"`
+	Offerings []placement.Ranked `json:"offerings"`
+	Notes     []string           `json:"notes,omitempty"`
+}
+
+// offeringsHandler serves POST /v1/offerings: the ranked market view for
+// each fleet of a spec, with why each excluded offering is excluded.
+func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
+	var req api.ApplyRequest
+	if !api.DecodeBody(w, r, &req) {
+		return
+	}
+	file, err := d.parseRequest(req)
+	if err != nil {
+		var se *api.SpecError
+		if errors.As(err, &se) {
+			api.WriteJSON(w, http.StatusUnprocessableEntity, api.Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
+			return
+		}
+		api.WriteError(w, http.StatusBadRequest, err)
+		return
+	}
+	records := map[string]state.OfferingRecord{}
+	_ = d.store.View(r.Context(), func(tx state.Tx) error {
+		recs, err := tx.Offerings()
+		for _, rec := range recs {
+			records[rec.Key] = rec
+		}
+		return err
+	})
+	out := []OfferingsView{}
+	for _, fl := range file.Fleets {
+		v := OfferingsView{Fleet: fl.Name}
+		var offs []providers.Offering
+		for _, pb := range fl.Providers {
+			p, err := d.opts.Providers.Get(r.Context(), pb.Name)
+			if err != nil {
+				v.Notes = append(v.Notes, fmt.Sprintf("provider %s: %v", pb.Name, err))
+				continue
+			}
+			o, err := p.Offerings(r.Context(), providers.Config{Fleet: fl.Name, Raw: pb.Config})
+			if err != nil {
+				v.Notes = append(v.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
+				continue
+			}
+			offs = append(offs, o...)
+		}
+		v.Offerings = placement.Rank(fl, offs, records, d.now(), placement.DefaultModel())
+		out = append(out, v)
+	}
+	api.WriteJSON(w, http.StatusOK, out)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -146,4 +147,34 @@ func (d *Daemon) rdzvEventWriter(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// recoveries returns a fleet's measured recoveries, oldest first.
+func (d *Daemon) recoveries(fleet string) []api.RecoveryInfo {
+	d.stats.mu.Lock()
+	defer d.stats.mu.Unlock()
+	out := []api.RecoveryInfo{}
+	for _, r := range d.stats.Recoveries {
+		if r.Fleet == fleet {
+			out = append(out, api.RecoveryInfo{Kind: r.Kind, Node: r.Node, DurationSeconds: r.Duration.Seconds(), At: r.At})
+		}
+	}
+	return out
+}
+
+// alerts returns a fleet's current alerts.
+func (d *Daemon) alerts(fleet string) []api.AlertInfo {
+	d.rtMu.Lock()
+	rt, ok := d.runtimes[fleet]
+	d.rtMu.Unlock()
+	out := []api.AlertInfo{}
+	if !ok {
+		return out
+	}
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	for _, a := range rt.alerts {
+		out = append(out, api.AlertInfo{Kind: a.Kind, Subject: a.Subject, Message: a.Message})
+	}
+	return out
 }

@@ -9,6 +9,18 @@
 #
 # See docs/spec.md for every attribute.
 
+variable "steps" {
+  type        = number
+  default     = 600
+  description = "Training steps the job runs in total."
+}
+
+variable "checkpoint_dir" {
+  type        = string
+  default     = "/tmp/fleetd-demo/checkpoints"
+  description = "Where workers checkpoint; survives node loss (shared by all local nodes)."
+}
+
 fleet "demo" {
   min_nodes     = 2 # below this, training pauses until replacements join
   max_nodes     = 4
@@ -22,7 +34,7 @@ fleet "demo" {
 
   placement {
     strategy           = "price-capacity"
-    colocate           = "zone"
+    colocate           = "region"                   # local zones share one machine: let replacements use either
     on_demand_fallback = "after 2m below min_nodes" # short, so the demo shows it
   }
 
@@ -53,11 +65,11 @@ fleet "demo" {
   training {
     # Paths are relative to the agent's working directory, which for the
     # local provider is the daemon's.
-    command        = ["python3", "examples/trainer/train.py", "--steps", "3000", "--step-time", "0.2"]
+    command        = ["python3", "examples/trainer/train.py", "--steps", tostring(var.steps), "--step-time", "0.1"]
     nproc_per_node = 1
     max_restarts   = 10
     drain_grace    = "20s"
-    checkpoint_uri = "file:///tmp/fleetd-demo/checkpoints"
+    checkpoint_uri = "file://${var.checkpoint_dir}"
     env = {
       PYTHONUNBUFFERED = "1"
     }

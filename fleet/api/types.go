@@ -123,16 +123,49 @@ type FleetSummary struct {
 	NodesByState map[string]int `json:"nodes_by_state"`
 	CostPerHour  float64        `json:"cost_per_hour"`
 	Providers    []string       `json:"providers"`
-	CreatedAt    time.Time      `json:"created_at"`
-	UpdatedAt    time.Time      `json:"updated_at"`
+	// Rendezvous is the current round; nil before the first.
+	Rendezvous *RendezvousInfo `json:"rendezvous,omitempty"`
+	// Completed is set once the training job ended; Succeeded is its outcome.
+	Completed bool      `json:"completed,omitempty"`
+	Succeeded bool      `json:"succeeded,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // FleetDetail is the response of GET /v1/fleets/{name}.
 type FleetDetail struct {
 	FleetSummary
-	Filename string     `json:"filename"`
-	Source   string     `json:"source"`
-	Nodes    []NodeInfo `json:"nodes"`
+	Filename   string         `json:"filename"`
+	Source     string         `json:"source"`
+	Nodes      []NodeInfo     `json:"nodes"`
+	Recoveries []RecoveryInfo `json:"recoveries"`
+	Alerts     []AlertInfo    `json:"alerts"`
+}
+
+// RendezvousInfo is the fleet's current rendezvous round.
+type RendezvousInfo struct {
+	Round     int    `json:"round"`
+	State     string `json:"state"` // open | closed | finished
+	Nodes     int    `json:"nodes"`
+	WorldSize int    `json:"world_size"`
+	Master    string `json:"master,omitempty"`
+}
+
+// RecoveryInfo is one measured recovery: survivors-running (notice → the
+// survivors' next round closed) or replacement-joined (launch requested →
+// agent registered).
+type RecoveryInfo struct {
+	Kind            string    `json:"kind"`
+	Node            string    `json:"node,omitempty"`
+	DurationSeconds float64   `json:"duration_seconds"`
+	At              time.Time `json:"at"`
+}
+
+// AlertInfo is a condition operators should look at.
+type AlertInfo struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject,omitempty"`
+	Message string `json:"message"`
 }
 
 // Status is the response of GET /v1/status.

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// procsMatching returns the pids whose command line contains every needle.
+func procsMatching(needles ...string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		ok := true
+		for _, n := range needles {
+			if !strings.Contains(cmd, n) {
+				ok = false
+				break
+			}
+		}
+		if ok && !isZombie(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
+}
+
+// killAll SIGKILLs every process matching the needles (test cleanup).
+func killAll(needles ...string) {
+	for _, pid := range procsMatching(needles...) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+const crashSpec = `
+fleet "crash" {
+  min_nodes     = 2
+  max_nodes     = 4
+  desired_nodes = 3
+  node {
+    gpus = 1
+  }
+  placement {
+    colocate = "region"
+  }
+  provider "local" {
+    zones = ["local-a", "local-b"]
+  }
+  training {
+    command = ["sleep", "600"]
+  }
+}
+`
+
+// TestCrashDuringScaleUp SIGKILLs the daemon at several points of a
+// scale-up and restarts it: every run must end with exactly the target
+// number of instances, each accounted for by a node record, and no
+// provider plugin process left from the killed daemon.
+func TestCrashDuringScaleUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real daemons and nodes")
+	}
+	bin := fleetdBinary(t)
+	for _, killAfter := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond, 1200 * time.Millisecond} {
+		t.Run(killAfter.String(), func(t *testing.T) {
+			dataDir := t.TempDir()
+			nodeDir := filepath.Join(dataDir, "local")
+			t.Cleanup(func() { killAll("local-node", nodeDir) })
+			specFile := filepath.Join(t.TempDir(), "crash.hcl")
+			if err := os.WriteFile(specFile, []byte(crashSpec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			addr := freeAddr(t)
+			d := startDaemon(t, bin, dataDir, addr)
+			if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
+				t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
+			}
+			time.Sleep(killAfter)
+			plugins := procsMatching(bin, "plugin provider local")
+			if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-d.done
+			// Pdeathsig takes the plugin down with the daemon.
+			waitUntil(t, "plugin processes gone", 5*time.Second, func() bool {
+				for _, pid := range plugins {
+					if !isZombie(pid) && syscall.Kill(pid, 0) == nil {
+						return false
+					}
+				}
+				return true
+			})
+
+			d2 := startDaemon(t, bin, dataDir, addr)
+			var det api.FleetDetail
+			waitUntil(t, "3 nodes with instances and exactly 3 node processes", 30*time.Second, func() bool {
+				out, _, code := d2.cli(t, bin, "status", "-json", "crash")
+				if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
+					return false
+				}
+				withInstance := 0
+				for _, n := range det.Nodes {
+					if n.InstanceID != "" && (n.State == "booting" || n.State == "joined" || n.State == "running") {
+						withInstance++
+					}
+				}
+				return withInstance == 3 && len(procsMatching("local-node", nodeDir)) == 3
+			})
+			// Stable: nothing more is launched over a few reconcile passes.
+			time.Sleep(2 * time.Second)
+			if n := len(procsMatching("local-node", nodeDir)); n != 3 {
+				t.Fatalf("%d node processes after settling, want 3", n)
+			}
+			ids := map[string]bool{}
+			for _, n := range det.Nodes {
+				if n.InstanceID != "" {
+					if ids[n.InstanceID] {
+						t.Fatalf("instance %s recorded twice", n.InstanceID)
+					}
+					ids[n.InstanceID] = true
+				}
+			}
+			// Every running node process belongs to a recorded instance.
+			for _, pid := range procsMatching("local-node", nodeDir) {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				found := false
+				for id := range ids {
+					if strings.Contains(string(b), id) {
+						found = true
+					}
+				}
+				if !found {
+					t.Fatalf("node process %d (%s) has no node record", pid, strings.ReplaceAll(string(b), "\x00", " "))
+				}
+			}
+			d2.stop(t) // dev mode: terminates the nodes
+			waitUntil(t, "nodes terminated", 15*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
+			if left := procsMatching(bin, "plugin provider"); len(left) > 0 {
+				for _, pid := range left {
+					// This daemon's plugins carry its data dir in their environment.
+					b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+					if strings.Contains(string(b), dataDir) {
+						t.Fatalf("plugin process %d left after the daemon stopped", pid)
+					}
+				}
+			}
+		})
+	}
+}
+
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet"
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+func init() {
+	register(command{name: "debug", synopsis: "Operator tools: inject an interruption (debug interrupt FLEET NODE)", run: runDebug})
+	register(command{name: "logs", synopsis: "Show the tail of a fleet's worker logs", run: runLogs})
+	register(command{name: "offerings", synopsis: "Show the ranked market view for a spec's fleets", run: runOfferings})
+}
+
+func runDebug(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "interrupt" {
+		fmt.Fprintln(stderr, "Usage: fleetd debug interrupt [-kind KIND] [-lead D] FLEET NODE")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("debug interrupt", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	kind := fs.String("kind", "spot-interruption", "spot-interruption, rebalance, maintenance, preempted or lost")
+	lead := fs.Duration("lead", 0, "time until the node is reclaimed (default: the provider's notice lead)")
+	rest, err := parseInterleaved(fs, args[1:])
+	if err != nil || len(rest) != 2 {
+		fmt.Fprintln(stderr, "Usage: fleetd debug interrupt [-kind KIND] [-lead D] FLEET NODE")
+		return exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	var out map[string]string
+	path := "/v1/fleets/" + url.PathEscape(rest[0]) + "/nodes/" + url.PathEscape(rest[1]) + "/interrupt"
+	if err := c.Do(context.Background(), http.MethodPost, path, nil, api.InterruptRequest{Kind: *kind, Lead: *lead}, &out); err != nil {
+		return exitCode(stderr, err)
+	}
+	if cf.json {
+		printJSON(stdout, out)
+	} else {
+		fmt.Fprintf(stdout, "Injected %s on %s/%s (instance %s).\n", out["kind"], rest[0], rest[1], out["instance"])
+	}
+	return exitOK
+}
+
+func runLogs(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	tail := fs.Int("n", 100, "number of lines")
+	follow := fs.Bool("f", false, "keep printing new lines")
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) < 1 || len(rest) > 2 {
+		fmt.Fprintln(stderr, "Usage: fleetd logs [-n N] [-f] FLEET [NODE]")
+		return exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	q := url.Values{"tail": {fmt.Sprint(*tail)}}
+	if len(rest) == 2 {
+		q.Set("node", rest[1])
+	}
+	var last time.Time
+	for {
+		var lines []api.LogLine
+		if err := c.Do(context.Background(), http.MethodGet, "/v1/fleets/"+url.PathEscape(rest[0])+"/logs", q, nil, &lines); err != nil {
+			return exitCode(stderr, err)
+		}
+		for _, l := range lines {
+			if !l.Time.After(last) && !last.IsZero() {
+				continue
+			}
+			if cf.json {
+				printJSON(stdout, l)
+			} else {
+				fmt.Fprintf(stdout, "%s r%d/%d  %s\n", l.Node, l.Round, l.Rank, l.Line)
+			}
+		}
+		if len(lines) > 0 {
+			last = lines[len(lines)-1].Time
+		}
+		if !*follow {
+			return exitOK
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func runOfferings(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("offerings", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	var vars varFlag
+	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	all := fs.Bool("all", false, "also list excluded offerings")
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		fmt.Fprintln(stderr, "Usage: fleetd offerings [-all] [-var NAME=VALUE] [-json] FILE")
+		return exitUsage
+	}
+	req, err := specRequest(rest[0], vars, stderr)
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	var views []fleet.OfferingsView
+	if err := c.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, req, &views); err != nil {
+		return exitCode(stderr, daemonError(stderr, err))
+	}
+	if cf.json {
+		printJSON(stdout, views)
+		return exitOK
+	}
+	for _, v := range views {
+		fmt.Fprintf(stdout, "fleet %q\n", v.Fleet)
+		tw := tabwriter.NewWriter(stdout, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tSCORE\tAVAIL\tSTATUS")
+		i := 0
+		for _, o := range v.Offerings {
+			if o.Excluded != "" && !*all {
+				continue
+			}
+			i++
+			status := "ok"
+			if o.Excluded != "" {
+				status = o.Excluded
+			}
+			avail := "?"
+			if o.Offering.Available >= 0 {
+				avail = fmt.Sprint(o.Offering.Available)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
+				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, o.Score, avail, strings.TrimSpace(status))
+		}
+		tw.Flush()
+		for _, n := range v.Notes {
+			fmt.Fprintf(stdout, "  note: %s\n", n)
+		}
+	}
+	return exitOK
+}
