@@ -32,9 +32,7 @@ lint: ## gofmt check and go vet
 
 .PHONY: demo
 demo: build ## Run the demo: a local fleet surviving a spot interruption
-	@if [ -x scripts/demo.sh ]; then scripts/demo.sh; else \
-	  echo "The demo arrives with the local provider, rendezvous and agent (issues 3 and 5)."; \
-	  echo "Meanwhile: bin/fleetd serve -dev, then bin/fleetd apply -auto-approve configs/examples/local.hcl"; fi
+	$(GO) run ./examples/demo -bin $(BIN)
 
 .PHONY: bench
 bench: ## Run the benchmarks and print their figures

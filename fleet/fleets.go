@@ -296,10 +296,22 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 	if err != nil {
 		return s, err
 	}
+	now := d.now()
 	for _, n := range nodes {
 		s.NodesByState[string(n.State)]++
 		if n.State != state.NodeTerminated && n.State != state.NodeFailed && n.State != state.NodeRequested {
 			s.CostPerHour += n.Offering.PricePerHour
+		}
+		if n.InstanceID == "" {
+			continue
+		}
+		end := now
+		if n.State == state.NodeTerminated || n.State == state.NodeFailed {
+			end = n.UpdatedAt
+		}
+		hours := end.Sub(n.CreatedAt).Hours()
+		if hours > 0 {
+			s.SpendUSD += hours * n.Offering.PricePerHour
 		}
 	}
 	return s, nil

@@ -59,24 +59,29 @@ func benchJoin(b *testing.B, n int) {
 		start := time.Now()
 		got := make([]time.Time, n)
 		var failed atomic.Int64
+		var firstErr atomic.Value
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		var wg sync.WaitGroup
 		for j := range n {
 			wg.Go(func() {
 				id := fmt.Sprintf("node-%d", j)
 				c := NewClient(srv.URL, "tok-"+id, hc)
-				v, err := c.Join(ctx, fleet, JoinRequest{NodeID: id, Addr: fmt.Sprintf("10.%d.%d.%d", j>>16, j>>8&255, j&255+1), Zone: "z", Nproc: 8})
+				v, err := c.Join(rctx, fleet, JoinRequest{NodeID: id, Addr: fmt.Sprintf("10.0.%d.%d", j/250, j%250+1), Zone: "z", Nproc: 8})
 				for err == nil && v.State != NodeAssigned {
-					v, err = c.Watch(ctx, fleet, id, v)
+					v, err = c.Watch(rctx, fleet, id, v)
 				}
 				if err != nil {
 					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					cancel() // one agent short: the round would never close
 				}
 				got[j] = time.Now()
 			})
 		}
 		wg.Wait()
+		cancel()
 		if failed.Load() > 0 {
-			b.Fatalf("%d agents failed", failed.Load())
+			b.Fatalf("%d agents failed, first: %v", failed.Load(), firstErr.Load())
 		}
 		roundTotal += time.Since(start)
 		mu.Lock()

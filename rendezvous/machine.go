@@ -207,16 +207,17 @@ func (m *Machine) Join(now time.Time, req JoinRequest) (View, Effects, error) {
 }
 
 // Heartbeat keeps a member alive and records its worker report. It is
-// O(1) and never changes the assignment.
-func (m *Machine) Heartbeat(now time.Time, req HeartbeatRequest) (View, error) {
+// O(1), allocates nothing and never changes the assignment.
+func (m *Machine) Heartbeat(now time.Time, req HeartbeatRequest) (HeartbeatResponse, error) {
 	if err := req.Validate(); err != nil {
-		return View{}, err
+		return HeartbeatResponse{}, err
 	}
 	if mb := m.members[req.NodeID]; mb != nil && m.state != RoundFinished {
 		m.touch(mb, now)
 		mb.workerRound, mb.step, mb.workers, mb.reportedAt = req.Round, req.Step, req.Workers, now
 	}
-	return m.View(req.NodeID), nil
+	v := m.view(req.NodeID, false)
+	return HeartbeatResponse{Round: v.Round, RoundState: v.RoundState, State: v.State, HeartbeatMS: v.HeartbeatMS}, nil
 }
 
 // Leave removes a node gracefully; like a drop, a running round is
@@ -483,7 +484,9 @@ func (m *Machine) assign(order []*member, port int) {
 }
 
 // View is the node's view of the rendezvous. O(1).
-func (m *Machine) View(node string) View {
+func (m *Machine) View(node string) View { return m.view(node, true) }
+
+func (m *Machine) view(node string, withAssignment bool) View {
 	v := View{Round: m.round, RoundState: m.state, HeartbeatMS: m.cfg.Heartbeat.Milliseconds()}
 	if m.state == RoundFinished {
 		v.State, v.Success = NodeFinished, m.success
@@ -503,7 +506,9 @@ func (m *Machine) View(node string) View {
 		v.State = NodeWaiting
 	default:
 		v.State = NodeAssigned
-		v.Assignment = m.assignment(node)
+		if withAssignment {
+			v.Assignment = m.assignment(node)
+		}
 	}
 	return v
 }

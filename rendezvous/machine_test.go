@@ -51,10 +51,11 @@ func hb(ids ...string) op {
 	return func(m *Machine, now time.Time) (Effects, View) {
 		var v View
 		for _, id := range ids {
-			var err error
-			if v, err = m.Heartbeat(now, HeartbeatRequest{NodeID: id}); err != nil {
+			r, err := m.Heartbeat(now, HeartbeatRequest{NodeID: id})
+			if err != nil {
 				panic(err)
 			}
+			v = View{Round: r.Round, RoundState: r.RoundState, State: r.State}
 		}
 		return Effects{}, v
 	}

@@ -248,11 +248,13 @@ func (s *Service) Join(ctx context.Context, fleet string, req JoinRequest) (View
 func (s *Service) Heartbeat(ctx context.Context, fleet string, req HeartbeatRequest) (HeartbeatResponse, error) {
 	var r HeartbeatResponse
 	err := s.mutate(fleet, func(fs *fleetState, now time.Time) error {
-		if _, err := fs.m.Heartbeat(now, req); err != nil {
+		var err error
+		if r, err = fs.m.Heartbeat(now, req); err != nil {
 			return err
 		}
-		v := s.view(fs, req.NodeID)
-		r = HeartbeatResponse{Round: v.Round, RoundState: v.RoundState, State: v.State, HeartbeatMS: v.HeartbeatMS}
+		if r.State == NodeAssigned && r.Round > fs.announced {
+			r.State, r.RoundState = NodeWaiting, RoundOpen // see view
+		}
 		// The oldest member may have moved: the next expiry only gets
 		// later, so schedule is O(1) and usually leaves the timer alone.
 		s.schedule(fs, now)

@@ -60,7 +60,7 @@ func TestServiceDropsSilentMemberWithRealTimers(t *testing.T) {
 	var log eventLog
 	svc := newService(t, Options{OnChange: log.add})
 	cfg := testConfig(2, 3)
-	cfg.Heartbeat, cfg.DeadAfter = 50*time.Millisecond, 300*time.Millisecond
+	cfg.Heartbeat, cfg.DeadAfter = 50*time.Millisecond, time.Second // a, b have 20 beats of slack
 	if err := svc.Configure(ctx, "f", cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +153,9 @@ func TestServiceAnnouncesOnlyPersistedRounds(t *testing.T) {
 	}
 	if st, _ := svc.Status("f"); !st.Unsaved || st.State != RoundClosed {
 		t.Fatalf("status %+v", st)
+	}
+	if hb, err := svc.Heartbeat(ctx, "f", HeartbeatRequest{NodeID: "b"}); err != nil || hb.State != NodeWaiting {
+		t.Fatalf("heartbeat announced an unsaved round: %+v %v", hb, err)
 	}
 	// Through at least one failed retry (the first comes after 500ms) the
 	// watcher must not see the round.

@@ -122,7 +122,12 @@ type FleetSummary struct {
 	TargetNodes  int            `json:"target_nodes"`
 	NodesByState map[string]int `json:"nodes_by_state"`
 	CostPerHour  float64        `json:"cost_per_hour"`
-	Providers    []string       `json:"providers"`
+	// SpendUSD is what the fleet's instances have cost so far (price ×
+	// time from launch to termination); OnDemandEquivalentUSD what the same
+	// hours would have cost on demand, when known.
+	SpendUSD              float64  `json:"spend_usd"`
+	OnDemandEquivalentUSD float64  `json:"on_demand_equivalent_usd,omitempty"`
+	Providers             []string `json:"providers"`
 	// Rendezvous is the current round; nil before the first.
 	Rendezvous *RendezvousInfo `json:"rendezvous,omitempty"`
 	// Completed is set once the training job ended; Succeeded is its outcome.
