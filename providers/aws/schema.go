@@ -20,4 +20,5 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "on_demand_prices", Type: providers.TypeJSON, Description: "Override bundled on-demand $/h per instance type, e.g. { \"p4d.24xlarge\" = 32.77 }."},
 	{Name: "profile", Type: providers.TypeString, Description: "Shared config profile; default credential chain when unset."},
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the EC2 endpoint URL (testing, VPC endpoints)."},
+	{Name: "sqs_endpoint", Type: providers.TypeString, Description: "Override the SQS endpoint URL used for interruption_queue (testing, VPC endpoints)."},
 }}

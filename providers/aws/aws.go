@@ -1,0 +1,113 @@
+package aws
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/providers"
+)
+
+// NoticeLead is the warning EC2 gives before it reclaims a spot instance.
+const NoticeLead = 2 * time.Minute
+
+// Defaults of Options.
+const (
+	DefaultSpotPriceTTL      = 5 * time.Minute
+	DefaultInstanceTypeTTL   = time.Hour
+	DefaultConsistencyWindow = 2 * time.Minute
+	DefaultRetryMaxAttempts  = 4
+	DefaultRetryMaxBackoff   = 10 * time.Second
+)
+
+// Options tunes the provider. The zero value is production-ready.
+type Options struct {
+	// SpotPriceTTL is how long spot prices from DescribeSpotPriceHistory
+	// are reused; default 5 min.
+	SpotPriceTTL time.Duration
+	// InstanceTypeTTL is how long DescribeInstanceTypes answers (GPU,
+	// vCPU, memory; they never change) are reused; default 1 h.
+	InstanceTypeTTL time.Duration
+	// ConsistencyWindow is how long after RunInstances the provider
+	// vouches for an instance EC2's Describe calls do not show yet
+	// (eventual consistency); default 2 min.
+	ConsistencyWindow time.Duration
+	// RetryMaxAttempts bounds the SDK's attempts per call (throttling,
+	// 5xx); default 4.
+	RetryMaxAttempts int
+	// RetryMaxBackoff caps the SDK's backoff between attempts; default 10 s.
+	RetryMaxBackoff time.Duration
+	// ConsistencyRetryDelay is the first pause before Delete retries an
+	// instance EC2 does not show yet; it doubles per try. Default 250 ms.
+	ConsistencyRetryDelay time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Provider is the EC2 provider. It keeps no per-fleet state, only caches
+// (clients, instance types, spot prices) and the instances it launched in
+// the last ConsistencyWindow; every call carries its provider block.
+type Provider struct {
+	opts Options
+
+	mu        sync.Mutex
+	clients   map[clientKey]ec2API
+	typeCache map[string]cached[map[string]typeInfo]
+	spotCache map[string]cached[map[string]map[string]float64]
+	recent    map[string]recentLaunch
+}
+
+type cached[T any] struct {
+	at  time.Time
+	val T
+}
+
+// recentLaunch is an instance RunInstances returned that Describe calls
+// may not show yet.
+type recentLaunch struct {
+	scope, region string
+	inst          providers.Instance
+	at            time.Time
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns an EC2 provider.
+func New(opts Options) *Provider {
+	if opts.SpotPriceTTL <= 0 {
+		opts.SpotPriceTTL = DefaultSpotPriceTTL
+	}
+	if opts.InstanceTypeTTL <= 0 {
+		opts.InstanceTypeTTL = DefaultInstanceTypeTTL
+	}
+	if opts.ConsistencyWindow <= 0 {
+		opts.ConsistencyWindow = DefaultConsistencyWindow
+	}
+	if opts.RetryMaxAttempts <= 0 {
+		opts.RetryMaxAttempts = DefaultRetryMaxAttempts
+	}
+	if opts.RetryMaxBackoff <= 0 {
+		opts.RetryMaxBackoff = DefaultRetryMaxBackoff
+	}
+	if opts.ConsistencyRetryDelay <= 0 {
+		opts.ConsistencyRetryDelay = 250 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Provider{
+		opts:      opts,
+		clients:   map[clientKey]ec2API{},
+		typeCache: map[string]cached[map[string]typeInfo]{},
+		spotCache: map[string]cached[map[string]map[string]float64]{},
+		recent:    map[string]recentLaunch{},
+	}
+}
+
+// Info describes the provider.
+func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return providers.Info{}, err
+	}
+	return providers.Info{Name: Name, Schema: Schema, NoticeLead: NoticeLead}, nil
+}

@@ -1,0 +1,124 @@
+package aws
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/fleetd/fleetd/providers"
+)
+
+// block is a decoded `provider "aws"` block (see Schema).
+type block struct {
+	Regions           []string           `json:"regions"`
+	InstanceTypes     []string           `json:"instance_types"`
+	Image             string             `json:"image"`
+	ImagePerRegion    map[string]string  `json:"image_per_region"`
+	Subnets           map[string]string  `json:"subnets"`
+	SecurityGroups    []string           `json:"security_groups"`
+	InstanceProfile   string             `json:"instance_profile"`
+	KeyName           string             `json:"key_name"`
+	InterruptionQueue string             `json:"interruption_queue"`
+	OnDemandPrices    map[string]float64 `json:"on_demand_prices"`
+	Profile           string             `json:"profile"`
+	Endpoint          string             `json:"endpoint"`
+	SQSEndpoint       string             `json:"sqs_endpoint"`
+}
+
+// decodeBlock decodes and validates a provider block. Every problem is
+// reported at once, as one invalid-config error.
+func decodeBlock(cfg providers.Config) (block, error) {
+	var b block
+	raw := bytes.TrimSpace(cfg.Raw)
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return block{}, providers.InvalidConfig(fmt.Errorf("provider %q: %w", Name, err))
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(b.Regions) == 0 {
+		bad("regions: at least one region is required")
+	}
+	if len(b.InstanceTypes) == 0 {
+		bad("instance_types: at least one instance type is required")
+	}
+	for _, r := range b.Regions {
+		if r == "" {
+			bad("regions: empty region name")
+			continue
+		}
+		if b.imageFor(r) == "" {
+			bad("image: no AMI for region %s (set image or image_per_region[%q])", r, r)
+		}
+	}
+	// Entries for regions not (or no longer) in regions are ignored, so
+	// narrowing regions needs no other edit.
+	for z, sn := range b.Subnets {
+		if sn == "" {
+			bad("subnets: empty subnet id for zone %s", z)
+		}
+	}
+	for t, p := range b.OnDemandPrices {
+		if !(p > 0) {
+			bad("on_demand_prices: %s = %v, want a price > 0", t, p)
+		}
+	}
+	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}} {
+		if ep.v == "" {
+			continue
+		}
+		if u, err := url.Parse(ep.v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("%s: %q is not an http(s) URL", ep.name, ep.v)
+		}
+	}
+	if len(errs) > 0 {
+		return block{}, providers.InvalidConfig(fmt.Errorf("provider %q: %w", Name, errors.Join(errs...)))
+	}
+	return b, nil
+}
+
+// imageFor is the AMI for region: image_per_region wins over image.
+func (b block) imageFor(region string) string {
+	if img := b.ImagePerRegion[region]; img != "" {
+		return img
+	}
+	return b.Image
+}
+
+// zoneAllowed: when subnets is set, only zones with a subnet are used.
+func (b block) zoneAllowed(zone string) bool {
+	if len(b.Subnets) == 0 {
+		return true
+	}
+	_, ok := b.Subnets[zone]
+	return ok
+}
+
+// scope identifies the account view a block addresses, so caches are not
+// shared between blocks that talk to different endpoints or profiles.
+func (b block) scope() string { return b.Profile + "|" + b.Endpoint }
+
+// regionOfZone returns the region of regions a zone name belongs to
+// ("us-east-1a" → "us-east-1"; also local zones such as
+// "us-east-1-bos-1a"), or "" when none.
+func regionOfZone(regions []string, zone string) string {
+	// Longest match first so "us-east-1" never claims a zone of a region
+	// whose name extends it.
+	sorted := slices.Clone(regions)
+	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
+	for _, r := range sorted {
+		if r != "" && strings.HasPrefix(zone, r) && len(zone) > len(r) {
+			return r
+		}
+	}
+	return ""
+}

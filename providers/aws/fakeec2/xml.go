@@ -1,0 +1,197 @@
+package fakeec2
+
+import "encoding/xml"
+
+// Namespace is the XML namespace of every EC2 response (API version 2016-11-15).
+const Namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+// The types below are the subset of the EC2 XML response shapes the fake
+// serves. Element names are the EC2 wire names (camelCase, lists as
+// <xxxSet><item>…</item></xxxSet>), the names the SDK's deserializers match.
+
+type xmlErrorResponse struct {
+	XMLName   xml.Name   `xml:"Response"`
+	Errors    []xmlError `xml:"Errors>Error"`
+	RequestID string     `xml:"RequestID"`
+}
+
+type xmlError struct {
+	Code    string `xml:"Code"`
+	Message string `xml:"Message"`
+}
+
+type xmlTag struct {
+	Key   string `xml:"key"`
+	Value string `xml:"value"`
+}
+
+type xmlState struct {
+	Code int    `xml:"code"`
+	Name string `xml:"name"`
+}
+
+type xmlPlacement struct {
+	AvailabilityZone string `xml:"availabilityZone"`
+	Tenancy          string `xml:"tenancy"`
+}
+
+type xmlGroup struct {
+	GroupID   string `xml:"groupId"`
+	GroupName string `xml:"groupName,omitempty"`
+}
+
+type xmlIamProfile struct {
+	Arn string `xml:"arn"`
+	ID  string `xml:"id"`
+}
+
+type xmlStateReason struct {
+	Code    string `xml:"code"`
+	Message string `xml:"message"`
+}
+
+type xmlInstance struct {
+	InstanceID            string          `xml:"instanceId"`
+	ImageID               string          `xml:"imageId"`
+	State                 xmlState        `xml:"instanceState"`
+	PrivateDNSName        string          `xml:"privateDnsName"`
+	KeyName               string          `xml:"keyName,omitempty"`
+	AmiLaunchIndex        int             `xml:"amiLaunchIndex"`
+	InstanceType          string          `xml:"instanceType"`
+	LaunchTime            string          `xml:"launchTime"`
+	Placement             xmlPlacement    `xml:"placement"`
+	SubnetID              string          `xml:"subnetId,omitempty"`
+	VpcID                 string          `xml:"vpcId,omitempty"`
+	PrivateIPAddress      string          `xml:"privateIpAddress,omitempty"`
+	Groups                []xmlGroup      `xml:"groupSet>item"`
+	StateReason           *xmlStateReason `xml:"stateReason,omitempty"`
+	Architecture          string          `xml:"architecture"`
+	IamInstanceProfile    *xmlIamProfile  `xml:"iamInstanceProfile,omitempty"`
+	InstanceLifecycle     string          `xml:"instanceLifecycle,omitempty"`
+	SpotInstanceRequestID string          `xml:"spotInstanceRequestId,omitempty"`
+	ClientToken           string          `xml:"clientToken,omitempty"`
+	Tags                  []xmlTag        `xml:"tagSet>item,omitempty"`
+}
+
+type xmlReservation struct {
+	ReservationID string        `xml:"reservationId"`
+	OwnerID       string        `xml:"ownerId"`
+	Groups        []xmlGroup    `xml:"groupSet>item"`
+	Instances     []xmlInstance `xml:"instancesSet>item"`
+}
+
+type xmlRunInstancesResponse struct {
+	XMLName   xml.Name `xml:"RunInstancesResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	RequestID string   `xml:"requestId"`
+	xmlReservation
+}
+
+type xmlDescribeInstancesResponse struct {
+	XMLName      xml.Name         `xml:"DescribeInstancesResponse"`
+	Xmlns        string           `xml:"xmlns,attr"`
+	RequestID    string           `xml:"requestId"`
+	Reservations []xmlReservation `xml:"reservationSet>item"`
+	NextToken    string           `xml:"nextToken,omitempty"`
+}
+
+type xmlStateChange struct {
+	InstanceID    string   `xml:"instanceId"`
+	CurrentState  xmlState `xml:"currentState"`
+	PreviousState xmlState `xml:"previousState"`
+}
+
+type xmlTerminateInstancesResponse struct {
+	XMLName   xml.Name         `xml:"TerminateInstancesResponse"`
+	Xmlns     string           `xml:"xmlns,attr"`
+	RequestID string           `xml:"requestId"`
+	Instances []xmlStateChange `xml:"instancesSet>item"`
+}
+
+type xmlGPUDevice struct {
+	Name         string `xml:"name"`
+	Manufacturer string `xml:"manufacturer"`
+	Count        int    `xml:"count"`
+	MemoryMiB    int    `xml:"memoryInfo>sizeInMiB"`
+}
+
+type xmlGPUInfo struct {
+	GPUs           []xmlGPUDevice `xml:"gpus>item"`
+	TotalMemoryMiB int            `xml:"totalGpuMemoryInMiB"`
+}
+
+type xmlInstanceTypeInfo struct {
+	InstanceType          string      `xml:"instanceType"`
+	CurrentGeneration     bool        `xml:"currentGeneration"`
+	SupportedUsageClasses []string    `xml:"supportedUsageClasses>item"`
+	DefaultVCPUs          int         `xml:"vCpuInfo>defaultVCpus"`
+	MemoryMiB             int         `xml:"memoryInfo>sizeInMiB"`
+	GPUInfo               *xmlGPUInfo `xml:"gpuInfo,omitempty"`
+}
+
+type xmlDescribeInstanceTypesResponse struct {
+	XMLName       xml.Name              `xml:"DescribeInstanceTypesResponse"`
+	Xmlns         string                `xml:"xmlns,attr"`
+	RequestID     string                `xml:"requestId"`
+	InstanceTypes []xmlInstanceTypeInfo `xml:"instanceTypeSet>item"`
+	NextToken     string                `xml:"nextToken,omitempty"`
+}
+
+type xmlSpotPrice struct {
+	InstanceType       string `xml:"instanceType"`
+	ProductDescription string `xml:"productDescription"`
+	SpotPrice          string `xml:"spotPrice"`
+	Timestamp          string `xml:"timestamp"`
+	AvailabilityZone   string `xml:"availabilityZone"`
+}
+
+type xmlDescribeSpotPriceHistoryResponse struct {
+	XMLName   xml.Name       `xml:"DescribeSpotPriceHistoryResponse"`
+	Xmlns     string         `xml:"xmlns,attr"`
+	RequestID string         `xml:"requestId"`
+	Prices    []xmlSpotPrice `xml:"spotPriceHistorySet>item"`
+	NextToken string         `xml:"nextToken,omitempty"`
+}
+
+type xmlSpotStatus struct {
+	Code       string `xml:"code"`
+	UpdateTime string `xml:"updateTime"`
+	Message    string `xml:"message"`
+}
+
+type xmlSpotRequest struct {
+	SpotInstanceRequestID        string        `xml:"spotInstanceRequestId"`
+	SpotPrice                    string        `xml:"spotPrice"`
+	Type                         string        `xml:"type"`
+	State                        string        `xml:"state"`
+	Status                       xmlSpotStatus `xml:"status"`
+	InstanceID                   string        `xml:"instanceId,omitempty"`
+	CreateTime                   string        `xml:"createTime"`
+	ProductDescription           string        `xml:"productDescription"`
+	LaunchedAvailabilityZone     string        `xml:"launchedAvailabilityZone"`
+	InstanceInterruptionBehavior string        `xml:"instanceInterruptionBehavior"`
+	Tags                         []xmlTag      `xml:"tagSet>item,omitempty"`
+}
+
+type xmlDescribeSpotInstanceRequestsResponse struct {
+	XMLName   xml.Name         `xml:"DescribeSpotInstanceRequestsResponse"`
+	Xmlns     string           `xml:"xmlns,attr"`
+	RequestID string           `xml:"requestId"`
+	Requests  []xmlSpotRequest `xml:"spotInstanceRequestSet>item"`
+	NextToken string           `xml:"nextToken,omitempty"`
+}
+
+type xmlAvailabilityZone struct {
+	ZoneName   string `xml:"zoneName"`
+	ZoneID     string `xml:"zoneId"`
+	State      string `xml:"zoneState"`
+	RegionName string `xml:"regionName"`
+	ZoneType   string `xml:"zoneType"`
+}
+
+type xmlDescribeAvailabilityZonesResponse struct {
+	XMLName   xml.Name              `xml:"DescribeAvailabilityZonesResponse"`
+	Xmlns     string                `xml:"xmlns,attr"`
+	RequestID string                `xml:"requestId"`
+	Zones     []xmlAvailabilityZone `xml:"availabilityZoneInfo>item"`
+}

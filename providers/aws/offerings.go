@@ -1,0 +1,251 @@
+package aws
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/fleetd/fleetd/providers"
+)
+
+// maxPages bounds every NextToken loop: a misbehaving endpoint that never
+// stops paginating must not hang the provider.
+const maxPages = 1000
+
+// productLinux is the spot price product description of Linux instances
+// in a VPC, the only kind fleetd launches.
+const productLinux = "Linux/UNIX"
+
+// typeInfo is what DescribeInstanceTypes says about one instance type.
+type typeInfo struct {
+	VCPUs           int
+	MemoryGiB       float64
+	GPUs            int
+	GPUType         string // e.g. "A100"
+	GPUManufacturer string // e.g. "NVIDIA"
+}
+
+// Offerings lists spot and on-demand offerings of every configured
+// instance type in every zone of every configured region where EC2 has a
+// spot price for it (and, when subnets is set, a subnet).
+func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := decodeBlock(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var out []providers.Offering
+	for _, region := range b.Regions {
+		offs, err := p.regionOfferings(ctx, b, region)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, offs...)
+	}
+	return out, nil
+}
+
+func (p *Provider) regionOfferings(ctx context.Context, b block, region string) ([]providers.Offering, error) {
+	client, err := p.ec2Client(ctx, b, region)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := p.typeInfos(ctx, client, b, region)
+	if err != nil {
+		return nil, err
+	}
+	spot, err := p.spotPrices(ctx, client, b, region)
+	if err != nil {
+		return nil, err
+	}
+	var out []providers.Offering
+	for _, it := range b.InstanceTypes {
+		info, ok := infos[it]
+		if !ok {
+			continue
+		}
+		zones := make([]string, 0, len(spot[it]))
+		for z := range spot[it] {
+			zones = append(zones, z)
+		}
+		sort.Strings(zones)
+		for _, z := range zones {
+			if !b.zoneAllowed(z) {
+				continue
+			}
+			base := providers.Offering{
+				Provider: Name, Region: region, Zone: z, InstanceType: it,
+				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
+				Available: -1,
+			}
+			s := base
+			s.CapacityType, s.PricePerHour = providers.Spot, spot[it][z]
+			out = append(out, s)
+			if price, ok := b.onDemandPrice(it); ok {
+				od := base
+				od.CapacityType, od.PricePerHour = providers.OnDemand, price
+				out = append(out, od)
+			}
+		}
+	}
+	return out, nil
+}
+
+func cacheKey(b block, region string) string {
+	types := slices.Clone(b.InstanceTypes)
+	sort.Strings(types)
+	return b.scope() + "|" + region + "|" + strings.Join(types, ",")
+}
+
+// typeInfos describes the block's instance types in region, from cache
+// when fresh.
+func (p *Provider) typeInfos(ctx context.Context, client ec2API, b block, region string) (map[string]typeInfo, error) {
+	key := cacheKey(b, region)
+	now := p.opts.Now()
+	p.mu.Lock()
+	c, ok := p.typeCache[key]
+	p.mu.Unlock()
+	if ok && now.Sub(c.at) < p.opts.InstanceTypeTTL {
+		return c.val, nil
+	}
+	out := map[string]typeInfo{}
+	in := &ec2.DescribeInstanceTypesInput{}
+	for _, t := range b.InstanceTypes {
+		in.InstanceTypes = append(in.InstanceTypes, types.InstanceType(t))
+	}
+	for range maxPages {
+		resp, err := client.DescribeInstanceTypes(ctx, in)
+		if err != nil {
+			return nil, classify("DescribeInstanceTypes in "+region, "", err)
+		}
+		for _, t := range resp.InstanceTypes {
+			out[string(t.InstanceType)] = toTypeInfo(t)
+		}
+		if awssdk.ToString(resp.NextToken) == "" {
+			break
+		}
+		in.NextToken = resp.NextToken
+	}
+	p.mu.Lock()
+	p.typeCache[key] = cached[map[string]typeInfo]{at: now, val: out}
+	p.mu.Unlock()
+	return out, nil
+}
+
+func toTypeInfo(t types.InstanceTypeInfo) typeInfo {
+	var ti typeInfo
+	if t.VCpuInfo != nil {
+		ti.VCPUs = int(awssdk.ToInt32(t.VCpuInfo.DefaultVCpus))
+	}
+	if t.MemoryInfo != nil {
+		ti.MemoryGiB = float64(awssdk.ToInt64(t.MemoryInfo.SizeInMiB)) / 1024
+	}
+	if t.GpuInfo != nil {
+		for _, g := range t.GpuInfo.Gpus {
+			ti.GPUs += int(awssdk.ToInt32(g.Count))
+			if ti.GPUType == "" {
+				ti.GPUType = awssdk.ToString(g.Name)
+				ti.GPUManufacturer = awssdk.ToString(g.Manufacturer)
+			}
+		}
+	}
+	return ti
+}
+
+// spotPrices returns the current Linux/UNIX spot price per instance type
+// and zone in region, from cache when younger than SpotPriceTTL.
+func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, region string) (map[string]map[string]float64, error) {
+	key := cacheKey(b, region)
+	now := p.opts.Now()
+	p.mu.Lock()
+	c, ok := p.spotCache[key]
+	p.mu.Unlock()
+	if ok && now.Sub(c.at) < p.opts.SpotPriceTTL {
+		return c.val, nil
+	}
+	// With StartTime = now EC2 returns, per (type, zone), the price in
+	// effect now (and nothing older), so one short query is enough.
+	in := &ec2.DescribeSpotPriceHistoryInput{
+		ProductDescriptions: []string{productLinux},
+		StartTime:           awssdk.Time(now),
+		MaxResults:          awssdk.Int32(1000),
+	}
+	for _, t := range b.InstanceTypes {
+		in.InstanceTypes = append(in.InstanceTypes, types.InstanceType(t))
+	}
+	type latest struct {
+		price float64
+		at    time.Time
+	}
+	seen := map[string]map[string]latest{}
+	for range maxPages {
+		resp, err := client.DescribeSpotPriceHistory(ctx, in)
+		if err != nil {
+			return nil, classify("DescribeSpotPriceHistory in "+region, "", err)
+		}
+		for _, sp := range resp.SpotPriceHistory {
+			if sp.ProductDescription != types.RIProductDescription(productLinux) {
+				continue
+			}
+			price, err := strconv.ParseFloat(awssdk.ToString(sp.SpotPrice), 64)
+			if err != nil || !(price > 0) {
+				return nil, fmt.Errorf("ec2 DescribeSpotPriceHistory in %s: bad price %q for %s", region, awssdk.ToString(sp.SpotPrice), sp.InstanceType)
+			}
+			it, zone, at := string(sp.InstanceType), awssdk.ToString(sp.AvailabilityZone), awssdk.ToTime(sp.Timestamp)
+			if seen[it] == nil {
+				seen[it] = map[string]latest{}
+			}
+			if cur, ok := seen[it][zone]; !ok || at.After(cur.at) {
+				seen[it][zone] = latest{price: price, at: at}
+			}
+		}
+		if awssdk.ToString(resp.NextToken) == "" {
+			break
+		}
+		in.NextToken = resp.NextToken
+	}
+	out := map[string]map[string]float64{}
+	for it, zones := range seen {
+		out[it] = map[string]float64{}
+		for z, l := range zones {
+			out[it][z] = l.price
+		}
+	}
+	p.mu.Lock()
+	p.spotCache[key] = cached[map[string]map[string]float64]{at: now, val: out}
+	p.mu.Unlock()
+	return out, nil
+}
+
+// describeOffering fills price and shape of an offering from the caches,
+// without calling EC2 (Get and List report what they know).
+func (p *Provider) describeOffering(b block, o providers.Offering) providers.Offering {
+	key := cacheKey(b, o.Region)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.typeCache[key]; ok {
+		if ti, ok := c.val[o.InstanceType]; ok {
+			o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB = ti.GPUs, ti.GPUType, ti.VCPUs, ti.MemoryGiB
+		}
+	}
+	switch o.CapacityType {
+	case providers.Spot:
+		if c, ok := p.spotCache[key]; ok {
+			o.PricePerHour = c.val[o.InstanceType][o.Zone]
+		}
+	case providers.OnDemand:
+		o.PricePerHour, _ = b.onDemandPrice(o.InstanceType)
+	}
+	o.Available = -1
+	return o
+}
