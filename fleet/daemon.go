@@ -81,6 +81,8 @@ type Daemon struct {
 	fleetLocks map[string]*sync.Mutex
 	noticeAt   sync.Map
 	rdzvEvents chan state.Event
+	intake     intake
+	intakeKick chan struct{}
 
 	specMu    sync.Mutex
 	specCache map[string]cachedSpec
@@ -108,7 +110,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
-		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096)}
+		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096), intakeKick: make(chan struct{}, 1)}
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
 	}
@@ -252,6 +254,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { errc <- d.httpSrv.Serve(d.listener) }()
 	go d.reconcileLoop(ctx)
 	go d.rdzvEventWriter(ctx)
+	go d.intakeLoop(ctx)
 	d.kick()
 	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
 	select {

@@ -271,6 +271,10 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 		return api.ApplyResponse{}, err
 	}
 	d.kick()
+	select {
+	case d.intakeKick <- struct{}{}:
+	default:
+	}
 	return resp, nil
 }
 

@@ -1,0 +1,176 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
+	"github.com/fleetd/fleetd/providers/aws/fakeec2"
+	"github.com/fleetd/fleetd/providers/aws/fakesqs"
+)
+
+// TestDaemonAWSCapacityFailoverAndSQSNotice runs the daemon with the real
+// AWS provider (aws-sdk-go-v2) against the in-repo EC2 and SQS fakes: one
+// zone has no capacity, so the fleet lands in the other; then an
+// EventBridge spot interruption warning arrives through SQS and the node
+// is drained and replaced.
+func TestDaemonAWSCapacityFailoverAndSQSNotice(t *testing.T) {
+	dir := t.TempDir()
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "AKIAFLEETDTEST0000", "AWS_SECRET_ACCESS_KEY": "fleetd-test-secret",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": dir + "/config", "AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
+		"AWS_PROFILE": "", "AWS_REGION": "", "AWS_ENDPOINT_URL": "",
+	} {
+		t.Setenv(k, v)
+	}
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2.SetCapacity("us-east-1a", "p3.2xlarge", 0)
+	ec2srv := httptest.NewServer(ec2)
+	defer ec2srv.Close()
+	sqs := fakesqs.New(fakesqs.Options{})
+	sqs.CreateQueue("fleetd-interruptions")
+	sqssrv := httptest.NewServer(sqs)
+	defer sqssrv.Close()
+
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
+	d, err := New(ctx, Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Schema: func(n string) (providers.ConfigSchema, bool) {
+			return awsprov.Schema, n == awsprov.Name
+		},
+		Providers: staticProviders{awsprov.Name: prov}, Tick: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done; d.Close() }()
+	td := &testDaemon{Daemon: d}
+	td.client, _ = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
+
+	spec := fmt.Sprintf(`
+fleet "v100" {
+  min_nodes = 2
+  max_nodes = 2
+  node {
+    gpus      = 1
+    gpu_types = ["V100"]
+  }
+  placement {
+    colocate = "zone"
+    # The only V100 type is exhausted in 1a and interrupted in 1b: the
+    # replacement must come from on-demand, quickly.
+    on_demand_fallback = "after 1s below min_nodes"
+  }
+  provider "aws" {
+    regions            = ["us-east-1"]
+    instance_types     = ["p3.2xlarge"]
+    image              = "ami-0123456789abcdef0"
+    endpoint           = %q
+    sqs_endpoint       = %q
+    interruption_queue = "fleetd-interruptions"
+  }
+  training {
+    command = ["python3", "train.py"]
+  }
+  rendezvous {
+    heartbeat  = "20s"
+    dead_after = "60s"
+  }
+}`, ec2srv.URL, sqssrv.URL)
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: spec}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			evs, _ := td.client.Events(context.Background(), 0, 0, 0)
+			for _, e := range evs.Events {
+				t.Logf("%d %s %s %s", e.Seq, e.Type, e.Node, e.Message)
+			}
+		}
+	}()
+	waitFor(t, "2 booting nodes in us-east-1b", 20*time.Second, func() bool {
+		n := 0
+		for _, x := range td.nodes(t, "v100") {
+			if x.State == state.NodeBooting && x.Offering.Zone == "us-east-1b" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if live := len(ec2.Live()); live != 2 {
+		t.Fatalf("%d live EC2 instances, want 2", live)
+	}
+	// No retry storm on the exhausted zone: it is backed off after failing.
+	time.Sleep(500 * time.Millisecond)
+	failedA := 0
+	for _, x := range td.nodes(t, "v100") {
+		if x.Offering.Zone == "us-east-1a" {
+			failedA++
+		}
+	}
+	if failedA > 2 {
+		t.Fatalf("%d launch attempts in the exhausted zone, want ≤ 2", failedA)
+	}
+
+	joined := map[string]bool{}
+	td.joinAll(t, "v100", joined)
+	waitFor(t, "2 running", 10*time.Second, func() bool { return countState(td.nodes(t, "v100"), state.NodeRunning) == 2 })
+
+	// EventBridge → SQS: a spot interruption warning for one instance, plus
+	// one for an instance fleetd does not manage (ignored and deleted).
+	var victim state.Node
+	for _, x := range td.nodes(t, "v100") {
+		if x.State == state.NodeRunning {
+			victim = x
+		}
+	}
+	for _, id := range []string{victim.InstanceID, "i-0123456789abcdef9"} {
+		body := strings.NewReplacer("INSTANCE", id, "EVID", "ev-"+id).Replace(`{"version":"0","id":"EVID","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"` +
+			time.Now().UTC().Format(time.RFC3339) + `","region":"us-east-1","resources":["arn:aws:ec2:us-east-1b:instance/INSTANCE"],"detail":{"instance-id":"INSTANCE","instance-action":"terminate"}}`)
+		if _, err := sqs.Send("fleetd-interruptions", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "victim draining and a replacement requested", 25*time.Second, func() bool {
+		ns := td.nodes(t, "v100")
+		draining, fresh := false, 0
+		for _, x := range ns {
+			if x.ID == victim.ID && (x.State == state.NodeDraining || x.State == state.NodeTerminating || x.State == state.NodeTerminated) {
+				draining = true
+			}
+			if !joined[x.ID] && x.Offering.Zone == "us-east-1b" && x.InstanceID != "" {
+				fresh++
+			}
+		}
+		return draining && fresh >= 1
+	})
+	evs, _ := td.client.Events(ctx, 0, 0, 0)
+	found := false
+	for _, e := range evs.Events {
+		if e.Type == "notice" && e.Node == victim.ID && strings.Contains(e.Message, "aws-eventbridge") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no notice event from the EventBridge source")
+	}
+}
