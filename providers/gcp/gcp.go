@@ -1,0 +1,144 @@
+package gcp
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"github.com/fleetd/fleetd/providers"
+	"google.golang.org/api/option"
+)
+
+// NoticeLead is how long before a Spot VM is stopped GCE warns it: the
+// ACPI soft-off to hard-off window for Spot VMs.
+const NoticeLead = 30 * time.Second
+
+// Defaults of Options.
+const (
+	DefaultPollInterval = time.Second
+	DefaultPageSize     = 500
+)
+
+// Options configures a Provider. The zero value uses Application Default
+// Credentials against the public endpoint.
+type Options struct {
+	// ClientOptions are added to every Compute Engine client (credentials,
+	// HTTP client, user agent).
+	ClientOptions []option.ClientOption
+	// PollInterval is the least time between two polls of an operation;
+	// operations.wait blocks server-side, so this only paces a server that
+	// answers at once. Default DefaultPollInterval.
+	PollInterval time.Duration
+	// PageSize is maxResults of list calls. Default DefaultPageSize.
+	PageSize int
+}
+
+// Provider is the GCE provider. It keeps no per-fleet state: every call
+// carries its block. Clients are cached per endpoint.
+type Provider struct {
+	opts Options
+
+	mu      sync.Mutex
+	clients map[string]*clients
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns a GCE provider.
+func New(opts Options) *Provider {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = DefaultPageSize
+	}
+	return &Provider{opts: opts, clients: map[string]*clients{}}
+}
+
+type clients struct {
+	instances *compute.InstancesClient
+	ops       *compute.ZoneOperationsClient
+	mts       *compute.MachineTypesClient
+	accels    *compute.AcceleratorTypesClient
+}
+
+// client returns the clients for the block's endpoint. A plain-http
+// endpoint is a local fake or proxy: no credentials are sent to it.
+func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cl, ok := p.clients[c.Endpoint]; ok {
+		return cl, nil
+	}
+	var opts []option.ClientOption
+	if c.Endpoint != "" {
+		opts = append(opts, option.WithEndpoint(c.Endpoint))
+		if u, err := url.Parse(c.Endpoint); err == nil && u.Scheme == "http" {
+			opts = append(opts, option.WithoutAuthentication())
+		}
+	}
+	opts = append(opts, p.opts.ClientOptions...)
+	wrap := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("gcp: %s client: %w", what, ctx.Err())
+		}
+		// Almost always missing or unusable credentials: a deployment
+		// problem no retry fixes.
+		return providers.InvalidConfig(fmt.Errorf("gcp: %s client (Application Default Credentials): %w", what, err))
+	}
+	cl := &clients{}
+	var err error
+	if cl.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
+		return nil, wrap("instances", err)
+	}
+	if cl.ops, err = compute.NewZoneOperationsRESTClient(ctx, opts...); err != nil {
+		return nil, wrap("zone operations", err)
+	}
+	if cl.mts, err = compute.NewMachineTypesRESTClient(ctx, opts...); err != nil {
+		return nil, wrap("machine types", err)
+	}
+	if cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
+		return nil, wrap("accelerator types", err)
+	}
+	p.clients[c.Endpoint] = cl
+	return cl, nil
+}
+
+// setup decodes the block and returns its clients.
+func (p *Provider) setup(ctx context.Context, cfg providers.Config) (*config, *clients, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	c, err := decodeConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := p.client(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, cl, nil
+}
+
+// Info describes the provider.
+func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return providers.Info{}, err
+	}
+	return providers.Info{Name: Name, Schema: Schema, NoticeLead: NoticeLead}, nil
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,167 @@
+package gcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/fleetd/fleetd/providers"
+	"google.golang.org/api/iterator"
+	"google.golang.org/protobuf/proto"
+)
+
+// Offerings lists, for every zone of the block, each configured machine
+// type the zone has, as a spot and an on-demand offering. GPUs come from
+// the machine type's built-in accelerators (A2, A3, G2) or, for N1 types,
+// from the block's accelerators when the zone has that accelerator type.
+func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
+	c, cl, err := p.setup(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out   []providers.Offering
+		found = map[string]bool{}
+	)
+	for _, zone := range c.Zones {
+		mts, err := p.machineTypes(ctx, cl, c, zone)
+		if err != nil {
+			return nil, err
+		}
+		var maxCards int
+		if c.accel != nil {
+			if maxCards, err = p.acceleratorMax(ctx, cl, c, zone); err != nil {
+				return nil, err
+			}
+		}
+		for _, name := range c.MachineTypes {
+			mt, ok := mts[name]
+			if !ok {
+				continue
+			}
+			found[name] = true
+			offs, err := offeringsFor(c, zone, mt, maxCards)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, offs...)
+		}
+	}
+	var missing []string
+	for _, name := range c.MachineTypes {
+		if !found[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, providers.Errorf(providers.KindInvalidConfig, "gcp: machine type(s) %s exist in none of the zones %v", strings.Join(missing, ", "), c.Zones)
+	}
+	return out, nil
+}
+
+// offeringsFor builds the spot and on-demand offerings of one machine type
+// in one zone; maxCards is the zone's limit for the block's accelerator
+// type (0: the zone does not have it).
+func offeringsFor(c *config, zone string, mt *computepb.MachineType, maxCards int) ([]providers.Offering, error) {
+	region := regionOf(zone)
+	od, sp, err := lookupPrice(c, "machine", mt.GetName(), region)
+	if err != nil {
+		return nil, providers.InvalidConfig(fmt.Errorf("gcp: %w", err))
+	}
+	base := providers.Offering{
+		Provider: Name, Region: region, Zone: zone, InstanceType: mt.GetName(),
+		VCPUs: int(mt.GetGuestCpus()), MemoryGiB: float64(mt.GetMemoryMb()) / 1024, Available: -1,
+	}
+	for _, a := range mt.GetAccelerators() {
+		base.GPUs += int(a.GetGuestAcceleratorCount())
+		base.GPUType = GPUModel(a.GetGuestAcceleratorType())
+	}
+	if base.GPUs == 0 && c.accel != nil && attachable(mt.GetName()) {
+		if maxCards == 0 {
+			return nil, nil // this zone does not have the accelerator
+		}
+		if c.accel.Count > maxCards {
+			return nil, providers.Errorf(providers.KindInvalidConfig, "gcp: accelerators: %d × %s exceeds the %d per instance %s allows", c.accel.Count, c.accel.Type, maxCards, zone)
+		}
+		god, gsp, err := lookupPrice(c, "accelerator", c.accel.Type, region)
+		if err != nil {
+			return nil, providers.InvalidConfig(fmt.Errorf("gcp: %w", err))
+		}
+		n := float64(c.accel.Count)
+		od, sp = od+n*god, sp+n*gsp
+		base.GPUs, base.GPUType = c.accel.Count, GPUModel(c.accel.Type)
+	}
+	spot, onDemand := base, base
+	spot.CapacityType, spot.PricePerHour = providers.Spot, sp
+	onDemand.CapacityType, onDemand.PricePerHour = providers.OnDemand, od
+	return []providers.Offering{spot, onDemand}, nil
+}
+
+// attachable reports whether GPUs can be attached to a machine type (only
+// the N1 series takes attached GPUs).
+func attachable(machineType string) bool { return strings.HasPrefix(machineType, "n1-") }
+
+// machineTypes lists the block's machine types in zone by name.
+func (p *Provider) machineTypes(ctx context.Context, cl *clients, c *config, zone string) (map[string]*computepb.MachineType, error) {
+	it := cl.mts.List(ctx, &computepb.ListMachineTypesRequest{
+		Project: c.Project, Zone: zone, Filter: proto.String(nameFilter(c.MachineTypes)),
+		MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
+	})
+	out := map[string]*computepb.MachineType{}
+	for {
+		mt, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, zoneErr(err, "list machine types", c, zone)
+		}
+		out[mt.GetName()] = mt
+	}
+}
+
+// acceleratorMax returns maximumCardsPerInstance of the block's
+// accelerator type in zone, or 0 when the zone does not have it.
+func (p *Provider) acceleratorMax(ctx context.Context, cl *clients, c *config, zone string) (int, error) {
+	it := cl.accels.List(ctx, &computepb.ListAcceleratorTypesRequest{
+		Project: c.Project, Zone: zone, Filter: proto.String(nameFilter([]string{c.accel.Type})),
+		MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
+	})
+	for {
+		at, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, zoneErr(err, "list accelerator types", c, zone)
+		}
+		if at.GetName() == c.accel.Type {
+			return int(at.GetMaximumCardsPerInstance()), nil
+		}
+	}
+}
+
+// zoneErr maps a list error; a 404 means the project or zone is wrong.
+func zoneErr(err error, what string, c *config, zone string) error {
+	err = mapErr(err, what+" in "+zone, "")
+	if providers.IsNotFound(err) {
+		return providers.InvalidConfig(fmt.Errorf("gcp: project %q or zone %q not found: %w", c.Project, zone, err))
+	}
+	return err
+}
+
+// nameFilter matches resources by name: (name = "a") OR (name = "b").
+func nameFilter(names []string) string {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	terms := make([]string, len(names))
+	for i, n := range names {
+		terms[i] = "(name = " + strconv.Quote(n) + ")"
+	}
+	return strings.Join(terms, " OR ")
+}
