@@ -40,6 +40,9 @@ type Options struct {
 	Tick time.Duration
 	// Params tune the reconciler (zero values mean its defaults).
 	Params reconcile.Params
+	// PollInterval is how often provider-side interruption sources (GCE
+	// zone operations) are polled; default 10s.
+	PollInterval time.Duration
 }
 
 // ProviderSource is what the daemon needs from the plugin manager.

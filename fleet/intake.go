@@ -22,6 +22,7 @@ type intakeKey struct{ region, queue string }
 type intake struct {
 	mu      sync.Mutex
 	running map[intakeKey]context.CancelFunc
+	gce     map[gceKey]context.CancelFunc
 }
 
 // intakeLoop keeps the set of running SQS pollers equal to what the
@@ -35,6 +36,9 @@ func (d *Daemon) intakeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			d.intake.mu.Lock()
 			for _, cancel := range d.intake.running {
+				cancel()
+			}
+			for _, cancel := range d.intake.gce {
 				cancel()
 			}
 			d.intake.mu.Unlock()
@@ -53,6 +57,7 @@ func (d *Daemon) syncIntake(ctx context.Context) {
 		fleets, err = tx.Fleets()
 		return err
 	})
+	d.syncGCEIntake(ctx, fleets)
 	for _, f := range fleets {
 		fl, err := d.fleetSpec(f)
 		if err != nil || f.Destroying || f.Completed {

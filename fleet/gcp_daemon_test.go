@@ -1,0 +1,138 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	gcpprov "github.com/fleetd/fleetd/providers/gcp"
+	"github.com/fleetd/fleetd/providers/gcp/fakegce"
+)
+
+// TestDaemonGCPStockoutAndPreemption runs the daemon with the real GCE
+// client against the in-repo Compute Engine fake: a stockout in one zone
+// moves the fleet to the other; a preemption recorded as a zone operation
+// becomes a notice, a drain and a replacement.
+func TestDaemonGCPStockoutAndPreemption(t *testing.T) {
+	fake := fakegce.New(fakegce.Options{})
+	defer fake.Close()
+	fake.SetStockout("us-central1-a", true)
+
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d, err := New(ctx, Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Schema: func(n string) (providers.ConfigSchema, bool) {
+			return gcpprov.Schema, n == gcpprov.Name
+		},
+		Providers: staticProviders{gcpprov.Name: gcpprov.New(gcpprov.Options{PollInterval: 10 * time.Millisecond})},
+		Tick:      100 * time.Millisecond, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done; d.Close() }()
+	td := &testDaemon{Daemon: d}
+	td.client, _ = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
+	defer func() {
+		if t.Failed() {
+			evs, _ := td.client.Events(context.Background(), 0, 0, 0)
+			for _, e := range evs.Events {
+				t.Logf("%d %s %s %s", e.Seq, e.Type, e.Node, e.Message)
+			}
+		}
+	}()
+
+	spec := fmt.Sprintf(`
+fleet "l4" {
+  min_nodes = 2
+  max_nodes = 2
+  node {
+    gpus = 1
+  }
+  placement {
+    colocate           = "zone"
+    on_demand_fallback = "after 1s below min_nodes"
+  }
+  provider "gcp" {
+    project       = %q
+    zones         = ["us-central1-a", "us-central1-b"]
+    machine_types = ["g2-standard-8"]
+    image         = "projects/deeplearning-platform-release/global/images/family/pytorch-latest-gpu"
+    endpoint      = %q
+  }
+  training {
+    command = ["python3", "train.py"]
+  }
+  rendezvous {
+    heartbeat  = "20s"
+    dead_after = "60s"
+  }
+}`, fake.Project(), fake.URL)
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "l4.hcl", Source: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 booting nodes in us-central1-b", 20*time.Second, func() bool {
+		n := 0
+		for _, x := range td.nodes(t, "l4") {
+			if x.State == state.NodeBooting && x.Offering.Zone == "us-central1-b" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	joined := map[string]bool{}
+	td.joinAll(t, "l4", joined)
+	waitFor(t, "2 running", 10*time.Second, func() bool { return countState(td.nodes(t, "l4"), state.NodeRunning) == 2 })
+
+	var victim state.Node
+	for _, x := range td.nodes(t, "l4") {
+		if x.State == state.NodeRunning {
+			victim = x
+		}
+	}
+	zone, name, ok := strings.Cut(victim.InstanceID, "/")
+	if !ok {
+		t.Fatalf("instance id %q is not ZONE/NAME", victim.InstanceID)
+	}
+	if _, err := fake.Preempt(zone, name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "preemption notice, drain and replacement", 20*time.Second, func() bool {
+		draining, fresh := false, 0
+		for _, x := range td.nodes(t, "l4") {
+			if x.ID == victim.ID && x.State != state.NodeRunning {
+				draining = true
+			}
+			if !joined[x.ID] && x.InstanceID != "" {
+				fresh++
+			}
+		}
+		return draining && fresh >= 1
+	})
+	evs, _ := td.client.Events(ctx, 0, 0, 0)
+	found := false
+	for _, e := range evs.Events {
+		if e.Type == "notice" && e.Node == victim.ID && strings.Contains(e.Message, "preempted") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no preempted notice for the victim")
+	}
+}
