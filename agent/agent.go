@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/interruption/gcemeta"
 	"github.com/fleetd/fleetd/interruption/imds"
 )
 
@@ -24,10 +27,11 @@ const (
 	LogFileName   = "agent.log"  // in the log dir: JSON lines
 )
 
-// NoticeReporter delivers notices to the control daemon. The daemon client
-// (a later piece) implements it and owns its retries; it is called from the
-// metadata watch loop, so an implementation that may block for long must
-// queue. With no reporter the agent still drains locally, which is what
+// NoticeReporter delivers notices to the control daemon. It is called
+// from the metadata watch loop, so an implementation that may block for
+// long must queue. With a daemon configured and no Options.Reporter, the
+// agent's own queue (retried until the daemon accepts each notice) is
+// used. Without any reporter the agent still drains locally, which is what
 // keeps training safe when the daemon is unreachable.
 type NoticeReporter interface {
 	ReportNotice(ctx context.Context, n interruption.Notice) error
@@ -41,16 +45,61 @@ type Options struct {
 	Root string
 	// MetadataURL overrides Config.Metadata.URL (env FLEETD_METADATA_URL).
 	MetadataURL string
-	// NodeAddr is the node's private address (env FLEETD_NODE_ADDR); logged
-	// now, advertised to rendezvous later.
+	// NodeAddr is the node's private address (env FLEETD_NODE_ADDR); when
+	// empty it comes from the instance metadata or the first non-loopback
+	// IPv4. It is advertised to the rendezvous (MASTER_ADDR on rank 0).
 	NodeAddr string
 	// Stderr receives the log lines too; default os.Stderr.
 	Stderr io.Writer
-	// Reporter, if set, receives every notice.
+	// Reporter, if set, receives every notice instead of the daemon queue.
 	Reporter NoticeReporter
 	// PollInterval of the metadata watcher; default imds.DefaultInterval.
 	PollInterval time.Duration
+	// Version is sent to the daemon at registration.
+	Version string
+	// HTTPClient talks to the daemon; default NewHTTPClient(daemon_url,
+	// ca_fingerprint).
+	HTTPClient *http.Client
+
+	// PeerLostWindow: after a worker exits 3 (lost peer), how long a new
+	// round may take before the exit counts as a failure; default
+	// DefaultPeerLostWindow. Keep it above the fleet's dead_after.
+	PeerLostWindow time.Duration
+	// RestartGrace caps the SIGTERM→SIGKILL grace of membership restarts
+	// (drain_grace applies to drains and shutdown); default DefaultRestartGrace.
+	RestartGrace time.Duration
+	// DoneMarkerWait: after every local worker exited 0 without a DONE
+	// marker in a local checkpoint dir, how long to wait for another node
+	// to finish the job before reporting it done; default DefaultDoneMarkerWait.
+	DoneMarkerWait time.Duration
+	// LeaveTimeout bounds the rendezvous Leave at shutdown; default DefaultLeaveTimeout.
+	LeaveTimeout time.Duration
+	// MaxBackoff caps the retry delay of every daemon call; default DefaultMaxBackoff.
+	MaxBackoff time.Duration
 }
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.PeerLostWindow, DefaultPeerLostWindow)
+	def(&o.RestartGrace, DefaultRestartGrace)
+	def(&o.DoneMarkerWait, DefaultDoneMarkerWait)
+	def(&o.LeaveTimeout, DefaultLeaveTimeout)
+	def(&o.MaxBackoff, DefaultMaxBackoff)
+	o.MaxBackoff = max(o.MaxBackoff, minBackoff)
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	return o
+}
+
+// DrainExcluded is the drain file's kind when the rendezvous excluded the
+// node without a notice of its own (the daemon learned of the
+// interruption elsewhere, e.g. from the cloud's event stream).
+const DrainExcluded interruption.Kind = "excluded"
 
 // Drain is the content of the drain file: the earliest-deadline terminal
 // notice the node has received. Workers (through FLEETD_DRAIN_FILE) and
@@ -97,27 +146,35 @@ func PathsFor(cfg Config, root string) Paths {
 }
 
 type agent struct {
-	opts  Options
-	paths Paths
-	log   *slog.Logger
+	opts     Options
+	paths    Paths
+	log      *slog.Logger
+	reporter NoticeReporter
+	// runCtx ends when the agent stops (signal or finished job).
+	runCtx context.Context
+	// reconnected is signalled when the daemon answers after an outage.
+	reconnected chan struct{}
 
 	mu    sync.Mutex
 	drain *Drain
 }
 
-// Run runs the agent until ctx is cancelled (SIGTERM), then cleans up and
-// returns nil. Setup problems (bad paths, an unsupported metadata kind)
-// are returned at once.
+// Run runs the agent until ctx is cancelled (SIGTERM: workers are stopped
+// within drain_grace and the node leaves the rendezvous) or, with a
+// daemon, until the job is finished; both return nil. Setup problems (bad
+// paths, an unsupported metadata kind, a refused registration) are
+// returned as errors.
+//
+// Without daemon_url the agent is standalone: it watches the metadata and
+// writes the drain file, nothing else.
 func Run(ctx context.Context, opts Options) error {
 	cfg := opts.Config.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
 	opts.Config = cfg
-	if opts.Stderr == nil {
-		opts.Stderr = os.Stderr
-	}
-	a := &agent{opts: opts, paths: PathsFor(cfg, opts.Root)}
+	opts = opts.withDefaults()
+	a := &agent{opts: opts, paths: PathsFor(cfg, opts.Root), reporter: opts.Reporter, reconnected: make(chan struct{}, 1)}
 	for _, d := range []string{a.paths.WorkDir, a.paths.LogDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("agent: %w", err)
@@ -136,6 +193,27 @@ func Run(ctx context.Context, opts Options) error {
 		a.log.Error("agent cannot start", "err", err)
 		return err
 	}
+	var dc *daemonClient
+	var hc *http.Client
+	if cfg.DaemonURL != "" {
+		hc = opts.HTTPClient
+		if hc == nil {
+			if hc, err = NewHTTPClient(cfg.DaemonURL, cfg.CAFingerprint); err != nil {
+				a.log.Error("agent cannot start", "err", err)
+				return fmt.Errorf("agent: %w", err)
+			}
+		}
+		// Every daemon call goes through one reachability probe: when the
+		// daemon answers again after an outage, the controller re-registers
+		// and re-joins.
+		hc = withReachability(hc, func() {
+			select {
+			case a.reconnected <- struct{}{}:
+			default:
+			}
+		})
+		dc = &daemonClient{base: strings.TrimRight(cfg.DaemonURL, "/"), fleet: cfg.Fleet, node: cfg.NodeID, token: cfg.Token, hc: hc}
+	}
 	if d, err := ReadDrain(a.paths.DrainFile); err == nil {
 		a.drain = &d // restarted after a notice: keep the earliest deadline known
 	}
@@ -143,21 +221,78 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer os.Remove(a.paths.PIDFile)
-	a.log.Info("agent started", "pid", os.Getpid(), "metadata", cfg.Metadata.Kind, "metadata_url", metaURL,
-		"address", opts.NodeAddr, "daemon_url", cfg.DaemonURL, "reporter", opts.Reporter != nil)
 
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	a.runCtx = runCtx
 	var wg sync.WaitGroup
-	if watch != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = watch(ctx, func(n interruption.Notice) { a.handle(ctx, n) })
-		}()
+	if dc != nil && a.reporter == nil {
+		q := newNoticeQueue(dc, backoff{min: minBackoff, max: opts.MaxBackoff})
+		prog := every{d: progressEvery}
+		q.onError = func(n interruption.Notice, attempt int, err error) {
+			if attempt < 0 {
+				a.log.Error("daemon refused notice", "key", n.Key(), "err", err)
+			} else if prog.ok() {
+				a.log.Warn("reporting notice to daemon failed; retrying", "key", n.Key(), "attempt", attempt, "err", err)
+			}
+		}
+		q.onSent = func(n interruption.Notice) { a.log.Info("notice reported to daemon", "key", n.Key()) }
+		a.reporter = q
+		wg.Go(func() { q.run(runCtx) })
 	}
-	<-ctx.Done()
+	a.log.Info("agent started", "pid", os.Getpid(), "metadata", cfg.Metadata.Kind, "metadata_url", metaURL,
+		"address", opts.NodeAddr, "daemon_url", cfg.DaemonURL, "reporter", a.reporter != nil, "version", opts.Version)
+
+	if watch != nil {
+		wg.Go(func() { _ = watch(runCtx, func(n interruption.Notice) { a.handle(runCtx, n) }) })
+	}
+	var runErr error
+	if dc == nil {
+		<-runCtx.Done()
+	} else {
+		runErr = a.runElastic(runCtx, dc, hc, &wg)
+	}
+	stop()
 	wg.Wait()
-	a.log.Info("agent stopped", "reason", context.Cause(ctx).Error())
-	return nil
+	reason := "job finished"
+	if ctx.Err() != nil {
+		reason = context.Cause(ctx).Error()
+	}
+	if runErr != nil {
+		reason = runErr.Error()
+	}
+	a.log.Info("agent stopped", "reason", reason)
+	return runErr
+}
+
+// runElastic runs the elastic agent against the daemon: identity,
+// registration, rendezvous and the worker supervisor.
+func (a *agent) runElastic(ctx context.Context, dc *daemonClient, hc *http.Client, wg *sync.WaitGroup) error {
+	id := a.discoverIdentity(ctx)
+	if id.Addr == "" {
+		return errors.New("agent: no node address (set FLEETD_NODE_ADDR or make the instance metadata reachable)")
+	}
+	shipper := newLogShipper(dc.logs)
+	prog := every{d: progressEvery}
+	shipper.onError = func(err error, dropped int) {
+		if prog.ok() {
+			a.log.Warn("shipping worker logs failed", "err", err, "dropped_lines", dropped)
+		}
+	}
+	wg.Go(func() { shipper.run(ctx) })
+	sup := &supervisor{
+		log: a.log, logDir: a.paths.LogDir, drainFile: a.paths.DrainFile,
+		fleet: a.opts.Config.Fleet, node: a.opts.Config.NodeID, ifname: id.Ifname,
+		ship:  shipper.add,
+		exits: make(chan workerExit, 16), quit: make(chan struct{}),
+	}
+	e := newElastic(a, dc, hc, sup)
+	e.id = id
+	sup.onStep = func(s int64) {
+		e.step.Store(s)
+		e.hasStep.Store(true)
+	}
+	return e.run(ctx)
 }
 
 type watchFunc func(ctx context.Context, emit func(interruption.Notice)) error
@@ -181,8 +316,22 @@ func (a *agent) watcher() (watchFunc, string, error) {
 		}
 		w := &imds.Watcher{Client: c, Interval: a.opts.PollInterval, Node: cfg.NodeID, OnError: a.pollError()}
 		return w.Run, u, nil
+	case MetadataGCE:
+		c := gcemeta.NewClient(gceBaseURL(u))
+		w := &gcemeta.Watcher{Client: c, Node: cfg.NodeID, OnError: a.pollError()}
+		return w.Run, c.BaseURL, nil
 	}
-	return nil, "", fmt.Errorf("metadata kind %q is not supported by this agent yet", cfg.Metadata.Kind)
+	return nil, "", fmt.Errorf("metadata kind %q is not supported by this agent", cfg.Metadata.Kind)
+}
+
+// gceBaseURL turns a configured GCE metadata URL into the v1 root the
+// client wants; a bare host ("http://169.254.169.254") gets the path
+// appended. Empty stays empty: gcemeta's default (or $GCE_METADATA_HOST).
+func gceBaseURL(u string) string {
+	if u == "" || strings.Contains(u, "/computeMetadata/v1") {
+		return u
+	}
+	return strings.TrimRight(u, "/") + "/computeMetadata/v1/"
 }
 
 // pollError logs watcher errors, repeating an unchanged error at most once
@@ -208,8 +357,8 @@ func (a *agent) handle(ctx context.Context, n interruption.Notice) {
 			a.log.Error("writing drain file failed", "err", err)
 		}
 	}
-	if a.opts.Reporter != nil {
-		if err := a.opts.Reporter.ReportNotice(ctx, n); err != nil && ctx.Err() == nil {
+	if a.reporter != nil {
+		if err := a.reporter.ReportNotice(ctx, n); err != nil && ctx.Err() == nil {
 			a.log.Warn("reporting notice to daemon failed", "err", err, "key", n.Key())
 		}
 	}
@@ -234,6 +383,28 @@ func (a *agent) startDrain(n interruption.Notice) error {
 	}
 	a.drain = &d
 	a.log.Info("drain started", "kind", string(d.Kind), "deadline", d.Deadline, "file", a.paths.DrainFile)
+	return nil
+}
+
+// drainForExclusion writes the drain file when the rendezvous excluded the
+// node and no local notice did already: the workers checkpoint on it as
+// on any notice.
+func (a *agent) drainForExclusion(reason string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.drain != nil {
+		return nil
+	}
+	d := Drain{Kind: DrainExcluded, Source: "rendezvous", Detail: reason, NoticedAt: time.Now().UTC()}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(a.paths.DrainFile, append(b, '\n')); err != nil {
+		return err
+	}
+	a.drain = &d
+	a.log.Info("drain started", "kind", string(d.Kind), "reason", reason, "file", a.paths.DrainFile)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/interruption/gcemeta"
+	"github.com/fleetd/fleetd/interruption/gcemeta/fakemeta"
 	"github.com/fleetd/fleetd/providers/local/imdsfake"
 )
 
@@ -144,14 +147,76 @@ func TestRunDrainsOnSpotNotice(t *testing.T) {
 	}
 }
 
-func TestRunRejectsUnsupportedMetadata(t *testing.T) {
+func TestRunDrainsOnGCEPreemption(t *testing.T) {
+	meta := fakemeta.New(fakemeta.Options{Spot: true})
+	defer meta.Close()
 	cfg, err := ParseConfig([]byte(`{"fleet":"f","node_id":"n","metadata":{"kind":"gce"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Run(t.Context(), Options{Config: cfg, Root: t.TempDir(), Stderr: io.Discard})
-	if err == nil || !strings.Contains(err.Error(), "gce") {
-		t.Fatalf("Run with gce metadata: %v", err)
+	root := t.TempDir()
+	rep := &recordingReporter{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	// A bare host URL gets the v1 path appended.
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, Root: root, MetadataURL: meta.URL, Stderr: io.Discard, Reporter: rep})
+	}()
+	paths := PathsFor(cfg, root)
+	waitFor(t, 5*time.Second, "pid file", func() bool { _, err := os.Stat(paths.PIDFile); return err == nil })
+	meta.Set(gcemeta.PathPreempted, "TRUE")
+	waitFor(t, 5*time.Second, "drain file", func() bool { _, err := os.Stat(paths.DrainFile); return err == nil })
+	d, err := ReadDrain(paths.DrainFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kind != interruption.Preempted || d.Source != gcemeta.Source || d.Deadline.IsZero() {
+		t.Fatalf("drain file %+v", d)
+	}
+	waitFor(t, 5*time.Second, "reported notice", func() bool { return len(rep.got()) == 1 })
+	if n := rep.got()[0]; n.Node != "n" || n.Instance != "us-central1-a/fleetd-node-1" {
+		t.Errorf("notice %+v", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDiscoverIdentityFromMetadata(t *testing.T) {
+	gce := fakemeta.New(fakemeta.Options{Zone: "europe-west4-b", Name: "node-3"})
+	defer gce.Close()
+	gce.Set("instance/network-interfaces/0/ip", "10.128.0.7")
+	aws := imdsfake.New(imdsfake.Identity{InstanceID: "i-0abc", AvailabilityZone: "us-east-1c", LocalIPv4: "10.0.3.9"}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awsSrv := imdsfake.Serve(ln, aws)
+	defer awsSrv.Close(context.Background())
+
+	tests := []struct {
+		name, kind, url, nodeAddr string
+		want                      identity
+	}{
+		{name: "gce", kind: MetadataGCE, url: gce.BaseURL(),
+			want: identity{Addr: "10.128.0.7", Zone: "europe-west4-b", InstanceID: "europe-west4-b/node-3"}},
+		{name: "aws", kind: MetadataAWSIMDS, url: awsSrv.URL,
+			want: identity{Addr: "10.0.3.9", Zone: "us-east-1c", InstanceID: "i-0abc"}},
+		{name: "FLEETD_NODE_ADDR wins", kind: MetadataAWSIMDS, url: awsSrv.URL, nodeAddr: "127.0.10.4",
+			want: identity{Addr: "127.0.10.4", Zone: "us-east-1c", InstanceID: "i-0abc", Ifname: ifnameOf("127.0.10.4")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), opts: Options{
+				Config:   Config{Fleet: "f", NodeID: "n", Metadata: MetadataConfig{Kind: tt.kind}},
+				NodeAddr: tt.nodeAddr, MetadataURL: tt.url,
+			}}
+			got := a.discoverIdentity(t.Context())
+			if got != tt.want {
+				t.Errorf("identity %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }
 

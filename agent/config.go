@@ -1,7 +1,8 @@
-// Package agent is fleetd's on-VM elastic agent: it reads the config the
-// bootstrap wrote, watches the instance metadata for interruption notices
-// and drains the node when one arrives. Rendezvous, daemon reporting and
-// worker supervision plug in through the interfaces in agent.go.
+// Package agent is fleetd's on-VM elastic agent, the stand-in for
+// torchrun's LocalElasticAgent: it reads the config the bootstrap wrote,
+// watches the instance metadata for interruption notices (drain file),
+// registers with the daemon, follows the daemon's rendezvous and runs the
+// training workers with torchrun's environment contract. See docs/agent.md.
 package agent
 
 import (

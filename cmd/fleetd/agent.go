@@ -45,5 +45,6 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		MetadataURL: os.Getenv(agent.EnvMetadataURL),
 		NodeAddr:    os.Getenv(agent.EnvNodeAddr),
 		Stderr:      stderr,
+		Version:     version,
 	}))
 }

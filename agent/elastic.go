@@ -1,0 +1,660 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// Defaults of the elastic agent's timing knobs (Options).
+const (
+	DefaultPeerLostWindow = 30 * time.Second
+	DefaultRestartGrace   = 10 * time.Second
+	DefaultDoneMarkerWait = 30 * time.Second
+	DefaultLeaveTimeout   = 5 * time.Second
+	DefaultMaxBackoff     = 5 * time.Second
+	defaultDrainGrace     = 30 * time.Second // torchrun's shutdown timeout
+	defaultHeartbeat      = 2 * time.Second
+	minBackoff            = 200 * time.Millisecond
+	progressEvery         = 10 * time.Second
+)
+
+// ExitPeerLost is the worker exit code of a lost peer (docs/examples.md).
+const ExitPeerLost = 3
+
+// DoneMarker is the file a trainer writes into its checkpoint dir when the
+// job is complete.
+const DoneMarker = "DONE"
+
+// Worker states reported in heartbeats.
+const (
+	wsNone       = "none"
+	wsRunning    = "running"
+	wsStopped    = "stopped"
+	wsPeerLost   = "peer-lost"
+	wsRestarting = "restarting"
+	wsFailed     = "failed"
+	wsSucceeded  = "succeeded"
+	wsDrained    = "drained"
+)
+
+// elastic is the controller: one goroutine owns the node's rendezvous view
+// and its workers; watch, heartbeat and worker goroutines feed it events.
+type elastic struct {
+	a     *agent
+	dc    *daemonClient
+	hc    *http.Client
+	rz    *rendezvous.Client
+	id    identity
+	sup   *supervisor
+	b     backoff
+	fleet string
+	node  string
+
+	mu       sync.Mutex // guards training, hbRound, hbWorkers (read by the heartbeat)
+	training TrainingConfig
+	hbRound  int
+	hbState  string
+
+	step    atomic.Int64
+	hasStep atomic.Bool
+	hbEvery atomic.Int64 // ns
+
+	// Owned by the controller goroutine.
+	session   string
+	cur       rendezvous.View
+	curAt     time.Time
+	joined    bool
+	ws        *workerSet
+	restarts  int
+	failed    bool // max_restarts exceeded: no more workers
+	excluded  bool
+	finished  bool
+	doneSent  bool
+	peerLost  *time.Timer
+	doneWait  *time.Timer
+	watchGen  int
+	watchStop context.CancelFunc
+
+	views       chan watchResult
+	hints       chan rendezvous.HeartbeatResponse
+	reconnected chan struct{}
+	timers      chan timerEvent
+}
+
+type watchResult struct {
+	gen  int
+	view rendezvous.View
+}
+
+type timerEvent struct {
+	kind string // "peer-lost" or "done-wait"
+	set  *workerSet
+}
+
+func newElastic(a *agent, dc *daemonClient, hc *http.Client, sup *supervisor) *elastic {
+	cfg := a.opts.Config
+	return &elastic{
+		a: a, dc: dc, hc: hc, sup: sup,
+		fleet: cfg.Fleet, node: cfg.NodeID,
+		b:           backoff{min: minBackoff, max: a.opts.MaxBackoff},
+		session:     rendezvous.NewSession(),
+		hbState:     wsNone,
+		views:       make(chan watchResult, 1),
+		hints:       make(chan rendezvous.HeartbeatResponse, 1),
+		reconnected: a.reconnected,
+		timers:      make(chan timerEvent, 4),
+	}
+}
+
+// every rate-limits a repeated log line.
+type every struct {
+	d    time.Duration
+	last time.Time
+}
+
+func (r *every) ok() bool {
+	if now := time.Now(); now.Sub(r.last) >= r.d {
+		r.last = now
+		return true
+	}
+	return false
+}
+
+// run is the agent's life with a daemon: register, join, then follow the
+// rendezvous until the job is finished (nil) or ctx ends (graceful
+// shutdown, nil).
+func (e *elastic) run(ctx context.Context) error {
+	defer close(e.sup.quit)
+	defer e.stopWatch()
+	if err := e.register(ctx); err != nil {
+		e.shutdown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
+	v, err := e.join(ctx)
+	if err != nil {
+		e.shutdown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
+	select {
+	case <-e.reconnected: // a daemon that came up while we registered: nothing to redo
+	default:
+	}
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	go e.heartbeatLoop(hbCtx)
+	e.adopt(ctx, v)
+	for !e.finished {
+		if ctx.Err() != nil {
+			break
+		}
+		e.ensureWatch(ctx)
+		select {
+		case <-ctx.Done():
+		case r := <-e.views:
+			if r.gen == e.watchGen {
+				e.stopWatch()
+				e.adopt(ctx, r.view)
+			}
+		case ex := <-e.sup.exits:
+			e.onExit(ctx, ex)
+		case t := <-e.timers:
+			e.onTimer(ctx, t)
+		case h := <-e.hints:
+			// The heartbeat answer disagrees with our view for longer than
+			// a watch answer takes: re-arm the watch, which then returns
+			// at once with the current view.
+			if (h.Round != e.cur.Round || h.State != e.cur.State) && time.Since(e.curAt) > 2*e.heartbeatEvery() {
+				e.stopWatch()
+			}
+		case <-e.reconnected:
+			e.a.log.Info("daemon reachable again: registering and re-joining with the same session")
+			if e.register(ctx) != nil {
+				continue
+			}
+			if v, err := e.join(ctx); err == nil {
+				e.adopt(ctx, v)
+			}
+		}
+	}
+	if e.finished {
+		e.a.log.Info("job finished: agent exits", "success", e.cur.Success, "round", e.cur.Round)
+		return nil
+	}
+	e.shutdown()
+	return nil
+}
+
+// register announces the node to the daemon and takes the training config,
+// retrying until it succeeds.
+func (e *elastic) register(ctx context.Context) error {
+	req := registerRequest{Address: e.id.Addr, Zone: e.id.Zone, InstanceID: e.id.InstanceID, AgentVersion: e.a.opts.Version}
+	var resp registerResponse
+	prog := every{d: progressEvery}
+	start := time.Now()
+	err := retry(ctx, e.b, func(ctx context.Context) error {
+		var err error
+		resp, err = e.dc.register(ctx, req)
+		return err
+	}, func(attempt int, err error) {
+		if prog.ok() {
+			e.a.log.Warn("waiting for the daemon to accept registration", "attempt", attempt, "waited", time.Since(start).Round(time.Second).String(), "err", err)
+		}
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.a.log.Error("registration refused", "err", err)
+		}
+		return err
+	}
+	if resp.RendezvousURL == "" {
+		resp.RendezvousURL = e.dc.base
+	}
+	tc := resp.Training
+	e.mu.Lock()
+	e.training = tc
+	e.mu.Unlock()
+	if tc.Heartbeat > 0 && e.hbEvery.Load() == 0 {
+		e.hbEvery.Store(int64(tc.Heartbeat))
+	}
+	if e.rz == nil {
+		e.rz = rendezvous.NewClient(resp.RendezvousURL, e.a.opts.Config.Token, e.hc)
+		e.rz.MinBackoff, e.rz.MaxBackoff = minBackoff, e.a.opts.MaxBackoff
+	}
+	e.a.log.Info("registered", "address", e.id.Addr, "zone", e.id.Zone, "instance", e.id.InstanceID,
+		"rendezvous_url", resp.RendezvousURL, "command", strings.Join(tc.Command, " "), "nproc_per_node", tc.NprocPerNode,
+		"max_restarts", tc.MaxRestarts)
+	return nil
+}
+
+func (e *elastic) trainingConfig() TrainingConfig {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.training
+}
+
+// join (re)joins the rendezvous with the current session, retrying until
+// the daemon answers.
+func (e *elastic) join(ctx context.Context) (rendezvous.View, error) {
+	tc := e.trainingConfig()
+	req := rendezvous.JoinRequest{NodeID: e.node, Addr: e.id.Addr, Zone: e.id.Zone, Nproc: max(tc.NprocPerNode, 1), Session: e.session}
+	var v rendezvous.View
+	prog := every{d: progressEvery}
+	err := retry(ctx, e.b, func(ctx context.Context) error {
+		var err error
+		v, err = e.rz.Join(ctx, e.fleet, req)
+		return err
+	}, func(attempt int, err error) {
+		if prog.ok() {
+			e.a.log.Warn("joining the rendezvous failed; retrying", "attempt", attempt, "err", err)
+		}
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.a.log.Error("rendezvous join refused", "err", err)
+		}
+		return v, err
+	}
+	e.joined = true
+	return v, nil
+}
+
+func (e *elastic) heartbeatEvery() time.Duration {
+	if d := time.Duration(e.hbEvery.Load()); d > 0 {
+		return d
+	}
+	return defaultHeartbeat
+}
+
+// heartbeatLoop keeps the node alive and reports its workers. Its answer
+// also tells the controller when the view moved on without the watch.
+func (e *elastic) heartbeatLoop(ctx context.Context) {
+	failing := false
+	prog := every{d: progressEvery}
+	for {
+		interval := e.heartbeatEvery()
+		if sleepCtx(ctx, interval) != nil {
+			return
+		}
+		e.mu.Lock()
+		req := rendezvous.HeartbeatRequest{NodeID: e.node, Round: e.hbRound, Workers: e.hbState}
+		e.mu.Unlock()
+		if e.hasStep.Load() {
+			s := e.step.Load()
+			req.Step = &s
+		}
+		hctx, cancel := context.WithTimeout(ctx, max(3*interval, 3*time.Second))
+		resp, err := e.rz.Heartbeat(hctx, e.fleet, req)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !failing || prog.ok() {
+				e.a.log.Warn("heartbeat failed; workers keep running", "err", err)
+			}
+			failing = true
+			continue
+		}
+		if resp.HeartbeatMS > 0 {
+			e.hbEvery.Store(int64(time.Duration(resp.HeartbeatMS) * time.Millisecond))
+		}
+		failing = false
+		select {
+		case e.hints <- resp:
+		default:
+		}
+	}
+}
+
+// ensureWatch keeps one long-poll running from the current view.
+func (e *elastic) ensureWatch(ctx context.Context) {
+	if e.watchStop != nil {
+		return
+	}
+	e.watchGen++
+	gen, last := e.watchGen, e.cur
+	wctx, cancel := context.WithCancel(ctx)
+	e.watchStop = cancel
+	go func() {
+		b := e.b
+		prog := every{d: progressEvery}
+		for {
+			v, err := e.rz.Watch(wctx, e.fleet, e.node, last)
+			if err == nil {
+				select {
+				case e.views <- watchResult{gen: gen, view: v}:
+				case <-wctx.Done():
+				}
+				return
+			}
+			if wctx.Err() != nil {
+				return
+			}
+			if prog.ok() {
+				e.a.log.Warn("rendezvous watch failed; retrying", "err", err)
+			}
+			if sleepCtx(wctx, b.next()) != nil {
+				return
+			}
+		}
+	}()
+}
+
+func (e *elastic) stopWatch() {
+	if e.watchStop != nil {
+		e.watchStop()
+		e.watchStop = nil
+	}
+}
+
+func (e *elastic) setStatus(round int, state string) {
+	e.mu.Lock()
+	e.hbRound, e.hbState = round, state
+	e.mu.Unlock()
+}
+
+// grace returns the SIGTERM→SIGKILL grace: drain_grace for drains and
+// shutdown, at most RestartGrace for membership restarts (the survivors
+// wait for every node's old workers to be gone).
+func (e *elastic) grace(membership bool) time.Duration {
+	g := e.trainingConfig().DrainGrace
+	if g <= 0 {
+		g = defaultDrainGrace
+	}
+	if membership {
+		g = min(g, e.a.opts.RestartGrace)
+	}
+	return g
+}
+
+// stopWorkers stops the current workers, if any are alive.
+func (e *elastic) stopWorkers(membership bool, why string) {
+	if e.ws == nil || !e.ws.running() {
+		if e.ws != nil {
+			e.ws.stopping.Store(true)
+		}
+		return
+	}
+	g := e.grace(membership)
+	e.a.log.Info("stopping workers", "round", e.ws.round, "reason", why, "grace", g.String())
+	start := time.Now()
+	killed := e.ws.stop(g)
+	e.a.log.Info("workers stopped", "round", e.ws.round, "took", time.Since(start).Round(time.Millisecond).String(), "sigkilled", killed)
+}
+
+func (e *elastic) cancelTimers() {
+	for _, t := range []**time.Timer{&e.peerLost, &e.doneWait} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
+	}
+}
+
+func (e *elastic) after(d time.Duration, kind string, set *workerSet) *time.Timer {
+	return time.AfterFunc(d, func() {
+		select {
+		case e.timers <- timerEvent{kind: kind, set: set}:
+		case <-e.sup.quit:
+		}
+	})
+}
+
+// adopt acts on a rendezvous view.
+func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
+	prev := e.cur
+	e.stopWatch()
+	e.cur, e.curAt = v, time.Now()
+	if v.HeartbeatMS > 0 {
+		e.hbEvery.Store(int64(time.Duration(v.HeartbeatMS) * time.Millisecond))
+	}
+	if v.Round != prev.Round || v.State != prev.State {
+		e.a.log.Info("rendezvous view", "round", v.Round, "round_state", string(v.RoundState), "state", string(v.State), "reason", v.Reason)
+	}
+	switch v.State {
+	case rendezvous.NodeFinished:
+		e.cancelTimers()
+		e.stopWorkers(false, "job finished")
+		e.setStatus(0, wsStopped)
+		e.finished = true
+
+	case rendezvous.NodeExcluded:
+		if e.excluded {
+			return
+		}
+		e.excluded = true
+		e.cancelTimers()
+		if err := e.a.drainForExclusion(v.Reason); err != nil {
+			e.a.log.Error("writing drain file failed", "err", err)
+		}
+		e.setStatus(e.roundOf(), wsDrained)
+		e.stopWorkers(false, "excluded: "+v.Reason)
+		e.setStatus(0, wsDrained)
+
+	case rendezvous.NodeUnknown:
+		// Not a member: dropped while silent, or the daemon forgot us.
+		// Join again (same session); workers keep running if the answer
+		// is still their round.
+		if e.excluded || e.finished {
+			return
+		}
+		if nv, err := e.join(ctx); err == nil && nv.State != rendezvous.NodeUnknown {
+			e.adopt(ctx, nv)
+		}
+
+	case rendezvous.NodeWaiting, rendezvous.NodeStandby:
+		e.cancelTimers()
+		e.stopWorkers(true, "round "+fmt.Sprint(v.Round)+" is "+string(v.State))
+		e.setStatus(0, string(v.State))
+
+	case rendezvous.NodeAssigned:
+		if v.Assignment == nil || e.failed || e.excluded {
+			return
+		}
+		if e.ws != nil && e.ws.round == v.Round {
+			return // this round's workers run (or ended; their exits are handled)
+		}
+		e.cancelTimers()
+		e.stopWorkers(true, fmt.Sprintf("new round %d", v.Round))
+		e.startWorkers(*v.Assignment)
+	}
+}
+
+func (e *elastic) roundOf() int {
+	if e.ws != nil && e.ws.running() {
+		return e.ws.round
+	}
+	return 0
+}
+
+func (e *elastic) startWorkers(a rendezvous.Assignment) {
+	tc := e.trainingConfig()
+	e.a.log.Info("starting workers", "round", a.Round, "group_rank", a.GroupRank, "group_world_size", a.GroupWorldSize,
+		"world_size", a.WorldSize, "rank_offset", a.RankOffset, "master", fmt.Sprintf("%s:%d", a.MasterAddr, a.MasterPort),
+		"restart_count", e.restarts)
+	e.ws = e.sup.start(a, tc, e.restarts)
+	e.setStatus(a.Round, wsRunning)
+}
+
+// onExit classifies a worker exit of the current round.
+func (e *elastic) onExit(ctx context.Context, ex workerExit) {
+	set, w := ex.set, ex.w
+	if set != e.ws || set.stopping.Load() {
+		return // we stopped it: a planned exit
+	}
+	if w.status.ok() {
+		set.okExits++
+		e.a.log.Info("worker exited", "round", set.round, "rank", w.rank, "status", w.status.String())
+		if set.okExits == len(set.workers) {
+			e.completed(set)
+		}
+		return
+	}
+	if set.handled {
+		return // the set's first failure is being handled already
+	}
+	set.handled = true
+	desc := describeExit(w)
+	if w.status.Err == nil && w.status.Signal == 0 && w.status.Code == ExitPeerLost {
+		// A lost peer is what a membership change looks like from inside
+		// the group; the new round usually arrives within dead_after.
+		window := e.a.opts.PeerLostWindow
+		e.a.log.Warn("worker lost a peer; waiting for a new round before counting a failure", "round", set.round, "worker", desc, "window", window.String())
+		e.stopWorkers(true, "a peer was lost")
+		e.setStatus(0, wsPeerLost)
+		e.cancelTimers()
+		e.peerLost = e.after(window, "peer-lost", set)
+		return
+	}
+	e.failure(ctx, desc)
+}
+
+func (e *elastic) onTimer(ctx context.Context, t timerEvent) {
+	if t.set != e.ws {
+		return
+	}
+	switch t.kind {
+	case "peer-lost":
+		e.peerLost = nil
+		e.failure(ctx, fmt.Sprintf("workers of round %d lost a peer and no new round came within %s", t.set.round, e.a.opts.PeerLostWindow))
+	case "done-wait":
+		e.doneWait = nil
+		dir, _ := e.checkpointDir()
+		detail := "all local workers exited 0"
+		if !markerExists(dir) {
+			detail += fmt.Sprintf("; no %s marker in %s after %s", DoneMarker, dir, e.a.opts.DoneMarkerWait)
+		}
+		e.reportDone(true, detail)
+	}
+}
+
+// failure counts an application failure against max_restarts and either
+// restarts the job at once or gives up.
+func (e *elastic) failure(ctx context.Context, desc string) {
+	tc := e.trainingConfig()
+	e.restarts++
+	e.stopWorkers(true, "worker failure")
+	if e.restarts > tc.MaxRestarts {
+		e.failed = true
+		e.setStatus(0, wsFailed)
+		e.a.log.Error("worker failed; max_restarts exhausted", "failures", e.restarts, "max_restarts", tc.MaxRestarts, "worker", desc)
+		e.reportDone(false, fmt.Sprintf("max_restarts (%d) exceeded on %s: %s", tc.MaxRestarts, e.node, desc))
+		return
+	}
+	e.a.log.Warn("worker failed; restarting the job", "restart_count", e.restarts, "max_restarts", tc.MaxRestarts, "worker", desc)
+	e.setStatus(0, wsRestarting)
+	// A new session tells the rendezvous this node lost its workers: the
+	// round is re-formed at once with the same members (a Leave + Join
+	// would first close a round without this node, then re-admit it
+	// after last_call: two restarts instead of one).
+	e.session = rendezvous.NewSession()
+	v, err := e.join(ctx)
+	if err != nil {
+		return
+	}
+	e.adopt(ctx, v)
+}
+
+// completed handles every local worker having exited 0: the job is done
+// if the checkpoint dir has the DONE marker (or cannot be checked from
+// here). Without the marker, another node (rank 0's) may be the one that
+// sees it; if nobody reports within DoneMarkerWait, this node does.
+func (e *elastic) completed(set *workerSet) {
+	e.setStatus(0, wsSucceeded)
+	dir, local := e.checkpointDir()
+	if !local || markerExists(dir) {
+		e.a.log.Info("all local workers exited 0; reporting the job done", "round", set.round, "checkpoint_dir", dir)
+		e.reportDone(true, fmt.Sprintf("all workers of %s exited 0 in round %d", e.node, set.round))
+		return
+	}
+	e.a.log.Info("all local workers exited 0 but the DONE marker is missing; waiting for the job to finish", "dir", dir, "wait", e.a.opts.DoneMarkerWait.String())
+	e.cancelTimers()
+	e.doneWait = e.after(e.a.opts.DoneMarkerWait, "done-wait", set)
+}
+
+// checkpointDir resolves checkpoint_uri to a local directory: a plain
+// path (relative to the workers' workdir) or a file:// URL. Other schemes
+// are not local.
+func (e *elastic) checkpointDir() (string, bool) {
+	tc := e.trainingConfig()
+	u := tc.CheckpointURI
+	switch {
+	case u == "":
+		return "", false
+	case strings.HasPrefix(u, "file://"):
+		return strings.TrimPrefix(u, "file://"), true
+	case strings.Contains(u, "://"):
+		return "", false
+	case !filepath.IsAbs(u) && tc.Workdir != "":
+		return filepath.Join(tc.Workdir, u), true
+	}
+	return u, true
+}
+
+func markerExists(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, DoneMarker))
+	return err == nil
+}
+
+// reportDone tells the daemon, once, that the job ended; retried in the
+// background until accepted.
+func (e *elastic) reportDone(success bool, detail string) {
+	if e.doneSent {
+		return
+	}
+	e.doneSent = true
+	req := doneRequest{Success: success, Step: e.step.Load(), Detail: detail}
+	ctx := e.a.runCtx
+	go func() {
+		prog := every{d: progressEvery}
+		err := retry(ctx, e.b, func(ctx context.Context) error { return e.dc.done(ctx, req) },
+			func(attempt int, err error) {
+				if prog.ok() {
+					e.a.log.Warn("reporting job end failed; retrying", "attempt", attempt, "err", err)
+				}
+			})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.a.log.Error("reporting job end refused", "err", err)
+			}
+			return
+		}
+		e.a.log.Info("job end reported", "success", success, "step", req.Step, "detail", detail)
+	}()
+}
+
+// shutdown is the agent's graceful exit (SIGTERM): workers get drain_grace,
+// then the node leaves the rendezvous so the others re-form at once.
+func (e *elastic) shutdown() {
+	e.cancelTimers()
+	e.stopWorkers(false, "agent shutdown")
+	e.setStatus(0, wsStopped)
+	if !e.joined || e.excluded || e.finished || e.rz == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.a.opts.LeaveTimeout)
+	defer cancel()
+	if err := e.rz.Leave(ctx, e.fleet, e.node); err != nil {
+		e.a.log.Warn("leaving the rendezvous failed", "err", err)
+		return
+	}
+	e.a.log.Info("left the rendezvous")
+}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// fleetd's own worker variables, on top of torchrun's contract.
+const (
+	EnvFleet         = "FLEETD_FLEET"
+	EnvNodeID        = "FLEETD_NODE_ID"
+	EnvDrainFile     = "FLEETD_DRAIN_FILE"
+	EnvCheckpointURI = "FLEETD_CHECKPOINT_URI"
+	EnvRound         = "FLEETD_ROUND"
+)
+
+// workerEnvParams is everything a worker's environment depends on.
+type workerEnvParams struct {
+	Base         []string // the agent's own environment (os.Environ)
+	Assignment   rendezvous.Assignment
+	Training     TrainingConfig
+	RestartCount int
+	Fleet, Node  string
+	DrainFile    string
+	// ErrorFile returns TORCHELASTIC_ERROR_FILE for a local rank.
+	ErrorFile func(localRank int) string
+	// Ifname, if set, becomes GLOO_SOCKET_IFNAME unless already set.
+	Ifname string
+}
+
+// workerEnv returns the environment of the worker with localRank, as
+// torchrun 1.13's LocalElasticAgent builds it (reference/torchelastic.md
+// §1.1): the agent's environment, then the spec's env, then the contract,
+// which always wins. Sorted, one KEY=value each.
+func workerEnv(p workerEnvParams, localRank int) []string {
+	env := make(map[string]string, len(p.Base)+32)
+	for _, kv := range p.Base {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v // later duplicates win, as exec does
+		}
+	}
+	for k, v := range p.Training.Env {
+		env[k] = v
+	}
+	a := p.Assignment
+	itoa := strconv.Itoa
+	set := map[string]string{
+		"RANK":                         itoa(a.Rank(localRank)),
+		"LOCAL_RANK":                   itoa(localRank),
+		"WORLD_SIZE":                   itoa(a.WorldSize),
+		"LOCAL_WORLD_SIZE":             itoa(a.LocalWorldSize),
+		"GROUP_RANK":                   itoa(a.GroupRank),
+		"GROUP_WORLD_SIZE":             itoa(a.GroupWorldSize),
+		"ROLE_NAME":                    "default",
+		"ROLE_RANK":                    itoa(a.Rank(localRank)), // one role: role ranks are the global ranks
+		"ROLE_WORLD_SIZE":              itoa(a.WorldSize),
+		"MASTER_ADDR":                  a.MasterAddr,
+		"MASTER_PORT":                  itoa(a.MasterPort),
+		"TORCHELASTIC_RESTART_COUNT":   itoa(p.RestartCount),
+		"TORCHELASTIC_MAX_RESTARTS":    itoa(p.Training.MaxRestarts),
+		"TORCHELASTIC_RUN_ID":          a.RunID,
+		"TORCHELASTIC_USE_AGENT_STORE": "False", // worker rank 0 hosts the TCPStore; the agent has none
+		"PYTHONUNBUFFERED":             "1",     // torchrun runs `python -u`; we run the command as given
+		EnvFleet:                       p.Fleet,
+		EnvNodeID:                      p.Node,
+		EnvDrainFile:                   p.DrainFile,
+		EnvCheckpointURI:               p.Training.CheckpointURI,
+		EnvRound:                       itoa(a.Round),
+	}
+	if p.ErrorFile != nil {
+		set["TORCHELASTIC_ERROR_FILE"] = p.ErrorFile(localRank)
+	}
+	for k, v := range set {
+		env[k] = v
+	}
+	// Defaults torchrun applies only when nobody set them.
+	if _, ok := env["OMP_NUM_THREADS"]; !ok && a.LocalWorldSize > 1 {
+		env["OMP_NUM_THREADS"] = "1"
+	}
+	for _, k := range []string{"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"} {
+		if _, ok := env[k]; !ok {
+			env[k] = "1"
+		}
+	}
+	if _, ok := env["GLOO_SOCKET_IFNAME"]; !ok && p.Ifname != "" {
+		env["GLOO_SOCKET_IFNAME"] = p.Ifname
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// workerArgs substitutes torchrun's ${local_rank} macro in the command.
+func workerArgs(command []string, localRank int) []string {
+	out := make([]string, len(command))
+	for i, s := range command {
+		out[i] = strings.ReplaceAll(s, "${local_rank}", strconv.Itoa(localRank))
+	}
+	return out
+}
