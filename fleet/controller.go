@@ -241,6 +241,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			} else {
 				offs = o
 				rt.offerings[name], rt.offeringsAt[name] = o, now
+				d.noteOfferings(o)
 			}
 		}
 		in.Offerings = append(in.Offerings, offs...)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
@@ -78,6 +79,11 @@ type Daemon struct {
 	params reconcile.Params
 	stats  *recoveryStats
 	logs   logRing
+	// metrics is the Prometheus registry behind /metrics; tally counts
+	// interruptions and boot failures from the event log (stats.go).
+	metrics *Metrics
+	tally   eventTally
+	stream  *api.Stream
 
 	rtMu       sync.Mutex
 	runtimes   map[string]*fleetRuntime
@@ -139,9 +145,17 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		st.Close()
 		return nil, fmt.Errorf("rendezvous: %w", err)
 	}
+	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Extra.Handle("/v1/rendezvous/", d.rdzv.Handler(rendezvous.AuthorizerFunc(d.authorizeNode)))
 	d.mountAgentAPI(d.api.Extra)
+	// Observability: the event stream and /metrics need the admin token;
+	// the dashboard's static files carry no data and are served without
+	// it (the page sends the token on its API calls).
+	d.stream = d.api.EventStream()
+	d.api.Extra.Handle("GET /v1/events/stream", d.stream)
+	d.api.Extra.Handle("GET /metrics", d.adminAuth(d.metrics.Handler().ServeHTTP))
+	dashboard.Mount(d.api.Extra)
 	return d, nil
 }
 
@@ -253,11 +267,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	d.httpSrv = &http.Server{Handler: d.api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	// Event streams end at once on shutdown instead of holding it up until
+	// its deadline.
+	d.httpSrv.RegisterOnShutdown(d.stream.Close)
 	errc := make(chan error, 1)
 	go func() { errc <- d.httpSrv.Serve(d.listener) }()
 	go d.reconcileLoop(ctx)
 	go d.rdzvEventWriter(ctx)
 	go d.intakeLoop(ctx)
+	go d.followEvents(ctx)
 	d.kick()
 	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
 	select {

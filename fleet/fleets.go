@@ -303,8 +303,15 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 	now := d.now()
 	for _, n := range nodes {
 		s.NodesByState[string(n.State)]++
+		// Unknown on-demand prices count at the node's own price: savings
+		// are never claimed without a price to compare with.
+		od, ok := d.onDemandPrice(n.Offering)
+		if !ok {
+			od = n.Offering.PricePerHour
+		}
 		if n.State != state.NodeTerminated && n.State != state.NodeFailed && n.State != state.NodeRequested {
 			s.CostPerHour += n.Offering.PricePerHour
+			s.OnDemandCostPerHour += od
 		}
 		if n.InstanceID == "" {
 			continue
@@ -316,15 +323,26 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 		hours := end.Sub(n.CreatedAt).Hours()
 		if hours > 0 {
 			s.SpendUSD += hours * n.Offering.PricePerHour
+			s.OnDemandEquivalentUSD += hours * od
 		}
 	}
+	s.SavingsUSD = s.OnDemandEquivalentUSD - s.SpendUSD
+	s.Interruptions, _ = d.tally.interruptions(f.Name)
+	s.AlertCount = len(d.alerts(f.Name))
 	return s, nil
 }
 
 // Status implements api.Backend.
 func (d *Daemon) Status(ctx context.Context) (api.Status, error) {
 	st := api.Status{APIVersion: api.APIVersion, Version: d.opts.Version, DaemonID: d.daemonID, StartedAt: d.started, Time: d.now(), Fleets: []api.FleetSummary{}}
-	err := d.store.View(ctx, func(tx state.Tx) error {
+	// Read before the snapshot: an event after this seq may already be in
+	// it (a harmless refetch for followers), but none is missed.
+	stats, err := d.store.Stats(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.LastEventSeq = stats.LastEventSeq
+	err = d.store.View(ctx, func(tx state.Tx) error {
 		fleets, err := tx.Fleets()
 		if err != nil {
 			return err
@@ -368,6 +386,7 @@ func (d *Daemon) Fleet(ctx context.Context, name string) (api.FleetDetail, error
 			det.Nodes = append(det.Nodes, nodeInfo(n, now))
 		}
 		det.Recoveries, det.Alerts = d.recoveries(name), d.alerts(name)
+		_, det.RecentInterruptions = d.tally.interruptions(name)
 		return nil
 	})
 	return det, err

@@ -124,6 +124,7 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 			fp.Notes = append(fp.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
 			continue
 		}
+		d.noteOfferings(o)
 		offs = append(offs, o...)
 	}
 	if len(offs) == 0 {

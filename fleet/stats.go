@@ -8,6 +8,8 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
@@ -27,6 +29,9 @@ type recoveryStats struct {
 	reconcileDur map[string]time.Duration
 	// provider calls and errors by provider/op.
 	calls, errs map[string]int
+	// onDemand is the on-demand $/h by offering location (see odKey), learnt
+	// from the providers' offerings, for savings against on-demand.
+	onDemand map[string]float64
 }
 
 // Recovery is one measured recovery.
@@ -40,7 +45,7 @@ type Recovery struct {
 
 func newRecoveryStats() *recoveryStats {
 	return &recoveryStats{pendingNotice: map[string]time.Time{}, launchAt: map[string]time.Time{}, reconcileDur: map[string]time.Duration{},
-		calls: map[string]int{}, errs: map[string]int{}}
+		calls: map[string]int{}, errs: map[string]int{}, onDemand: map[string]float64{}}
 }
 
 const maxRecoveries = 200
@@ -56,6 +61,9 @@ func (d *Daemon) observeReconcile(fleet string, dur time.Duration) {
 	d.stats.mu.Lock()
 	d.stats.reconcileDur[fleet] = dur
 	d.stats.mu.Unlock()
+	if d.metrics != nil {
+		d.metrics.reconcile.WithLabelValues(fleet).Observe(dur.Seconds())
+	}
 }
 
 func (d *Daemon) countProviderCall(provider, op string, err error) {
@@ -65,6 +73,54 @@ func (d *Daemon) countProviderCall(provider, op string, err error) {
 		d.stats.errs[provider+"/"+op]++
 	}
 	d.stats.mu.Unlock()
+	if d.metrics != nil {
+		d.metrics.providerCalls.WithLabelValues(provider, op).Inc()
+		// The error series exists from the first call, at 0, so error
+		// ratios work before the first error.
+		e := d.metrics.providerErrors.WithLabelValues(provider, op)
+		if err != nil {
+			e.Inc()
+		}
+	}
+}
+
+// odKey locates an offering's on-demand price: per zone when the provider
+// prices zones differently, else per region.
+func odKey(o providers.Offering, zone bool) string {
+	k := o.Provider + "/" + o.Region + "/" + o.InstanceType
+	if zone {
+		k += "/" + o.Zone
+	}
+	return k
+}
+
+// noteOfferings learns on-demand prices from a provider's offerings, for
+// the savings in status. Call it after every successful Offerings call.
+func (d *Daemon) noteOfferings(offs []providers.Offering) {
+	d.stats.mu.Lock()
+	defer d.stats.mu.Unlock()
+	for _, o := range offs {
+		if o.CapacityType != providers.OnDemand || o.PricePerHour <= 0 {
+			continue
+		}
+		d.stats.onDemand[odKey(o, true)] = o.PricePerHour
+		d.stats.onDemand[odKey(o, false)] = o.PricePerHour
+	}
+}
+
+// onDemandPrice is the on-demand $/h of an offering's instance type where
+// it runs; false when no provider has told us yet.
+func (d *Daemon) onDemandPrice(o providers.Offering) (float64, bool) {
+	if o.CapacityType == providers.OnDemand {
+		return o.PricePerHour, true
+	}
+	d.stats.mu.Lock()
+	defer d.stats.mu.Unlock()
+	if p, ok := d.stats.onDemand[odKey(o, true)]; ok {
+		return p, true
+	}
+	p, ok := d.stats.onDemand[odKey(o, false)]
+	return p, ok
 }
 
 func (d *Daemon) noteLaunchRequested(fleet, node string, at time.Time) {
@@ -84,6 +140,9 @@ func (d *Daemon) noteJoined(fleet, node string, at time.Time) (time.Duration, bo
 	delete(d.stats.launchAt, fleet+"/"+node)
 	dur := at.Sub(t)
 	d.stats.add(Recovery{Fleet: fleet, Node: node, Kind: "replacement-joined", Duration: dur, At: at})
+	if d.metrics != nil {
+		d.metrics.recovery.WithLabelValues(fleet, "replacement-joined").Observe(dur.Seconds())
+	}
 	return dur, true
 }
 
@@ -109,6 +168,9 @@ func (d *Daemon) noteRoundClosed(fleet string, at time.Time) (time.Duration, boo
 	delete(d.stats.pendingNotice, fleet)
 	dur := at.Sub(t)
 	d.stats.add(Recovery{Fleet: fleet, Kind: "survivors-running", Duration: dur, At: at})
+	if d.metrics != nil {
+		d.metrics.recovery.WithLabelValues(fleet, "survivors-running").Observe(dur.Seconds())
+	}
 	return dur, true
 }
 
@@ -118,6 +180,10 @@ func (d *Daemon) onRendezvous(fleet string, ev rendezvous.Event) {
 	e := state.Event{Fleet: fleet, Node: ev.Node, Type: "rendezvous." + string(ev.Kind), Message: ev.String(),
 		Data: map[string]string{"round": fmt.Sprint(ev.Round)}}
 	if ev.Kind == rendezvous.EventRoundClosed {
+		if d.metrics != nil {
+			d.metrics.roundLatency.WithLabelValues(fleet).Observe(ev.Duration.Seconds())
+		}
+		e.Data["duration"] = ev.Duration.String()
 		e.Data["world_size"] = fmt.Sprint(ev.WorldSize)
 		e.Data["nodes"] = fmt.Sprint(ev.Nodes)
 		if dur, ok := d.noteRoundClosed(fleet, ev.At); ok {
@@ -164,17 +230,169 @@ func (d *Daemon) recoveries(fleet string) []api.RecoveryInfo {
 
 // alerts returns a fleet's current alerts.
 func (d *Daemon) alerts(fleet string) []api.AlertInfo {
-	d.rtMu.Lock()
-	rt, ok := d.runtimes[fleet]
-	d.rtMu.Unlock()
 	out := []api.AlertInfo{}
-	if !ok {
-		return out
-	}
 	d.rtMu.Lock()
-	defer d.rtMu.Unlock()
-	for _, a := range rt.alerts {
-		out = append(out, api.AlertInfo{Kind: a.Kind, Subject: a.Subject, Message: a.Message})
+	if rt, ok := d.runtimes[fleet]; ok {
+		for _, a := range rt.alerts {
+			out = append(out, api.AlertInfo{Kind: a.Kind, Subject: a.Subject, Message: a.Message})
+		}
+	}
+	d.rtMu.Unlock()
+	// Repeated boot failures come from the event log, not the reconciler.
+	if a, ok := d.tally.bootAlert(fleet, d.now()); ok {
+		out = append(out, a)
 	}
 	return out
 }
+
+// eventTally is what the daemon derives from its own event log: interruption
+// and boot-failure counts per fleet. The log is the one record every notice
+// source (agents, provider polling, SQS, heartbeat loss) goes through exactly
+// once, so counting there needs no hook in each source, and replaying it at
+// start keeps the totals across daemon restarts.
+type eventTally struct {
+	mu     sync.Mutex
+	next   uint64 // the seq after which events are not tallied yet
+	fleets map[string]*fleetTally
+}
+
+type fleetTally struct {
+	interruptions int // terminal notices
+	recent        []api.InterruptionInfo
+	bootFailures  []time.Time // recent failures before the node ran
+}
+
+const (
+	maxRecentInterruptions = 50
+	// bootAlertCount failures within bootAlertWindow raise an alert: one
+	// failed boot is noise, several mean a bad image, setup or offering.
+	bootAlertCount  = 3
+	bootAlertWindow = 30 * time.Minute
+)
+
+func (t *eventTally) fleet(name string) *fleetTally {
+	if t.fleets == nil {
+		t.fleets = map[string]*fleetTally{}
+	}
+	ft, ok := t.fleets[name]
+	if !ok {
+		ft = &fleetTally{}
+		t.fleets[name] = ft
+	}
+	return ft
+}
+
+// tallyEvent counts one event; it runs for each event exactly once, in
+// order.
+func (d *Daemon) tallyEvent(e state.Event) {
+	t := &d.tally
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.Seq <= t.next {
+		return
+	}
+	t.next = e.Seq
+	switch e.Type {
+	case "notice":
+		kind, source := e.Data["kind"], e.Data["source"]
+		if d.metrics != nil {
+			d.metrics.interruptions.WithLabelValues(e.Fleet, kind, source).Inc()
+		}
+		ft := t.fleet(e.Fleet)
+		if k, err := interruption.ParseKind(kind); err == nil && k.Terminal() {
+			ft.interruptions++
+		}
+		ft.recent = append(ft.recent, api.InterruptionInfo{Node: e.Node, Kind: kind, Source: source, At: e.Time, Seq: e.Seq})
+		if len(ft.recent) > maxRecentInterruptions {
+			ft.recent = append([]api.InterruptionInfo(nil), ft.recent[len(ft.recent)-maxRecentInterruptions:]...)
+		}
+	case "node.transition":
+		if e.Data["to"] != string(state.NodeFailed) {
+			return
+		}
+		from := e.Data["from"]
+		if d.metrics != nil {
+			d.metrics.nodeFailures.WithLabelValues(e.Fleet, from).Inc()
+		}
+		switch state.NodeState(from) {
+		case state.NodeRequested, state.NodeProvisioning, state.NodeBooting:
+			ft := t.fleet(e.Fleet)
+			ft.bootFailures = append(ft.bootFailures, e.Time)
+			if len(ft.bootFailures) > 2*bootAlertCount {
+				ft.bootFailures = ft.bootFailures[len(ft.bootFailures)-bootAlertCount:]
+			}
+		}
+	case "fleet.destroyed":
+		// A new fleet of the same name starts from zero in status; the
+		// Prometheus counters stay monotonic.
+		delete(t.fleets, e.Fleet)
+	}
+}
+
+// followEvents tallies the event log: first all of it, then every event as
+// it is appended, until ctx ends.
+func (d *Daemon) followEvents(ctx context.Context) {
+	const page = 1000
+	for {
+		changed := d.EventsChanged()
+		d.tally.mu.Lock()
+		since := d.tally.next
+		d.tally.mu.Unlock()
+		evs, err := d.store.Events(ctx, since, page)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Warn("event tally: read events", "err", err)
+		}
+		for _, e := range evs {
+			d.tallyEvent(e)
+		}
+		if len(evs) == page {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(5 * time.Second):
+			// Events written without a wake-up (d.store.Update directly)
+			// are picked up by this periodic look.
+		}
+	}
+}
+
+// interruptions returns a fleet's terminal-notice count and recent notices,
+// oldest first.
+func (t *eventTally) interruptions(fleet string) (int, []api.InterruptionInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ft, ok := t.fleets[fleet]
+	if !ok {
+		return 0, []api.InterruptionInfo{}
+	}
+	return ft.interruptions, append([]api.InterruptionInfo{}, ft.recent...)
+}
+
+// bootAlert reports repeated boot failures of a fleet.
+func (t *eventTally) bootAlert(fleet string, now time.Time) (api.AlertInfo, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ft, ok := t.fleets[fleet]
+	if !ok {
+		return api.AlertInfo{}, false
+	}
+	n := 0
+	for _, at := range ft.bootFailures {
+		if now.Sub(at) <= bootAlertWindow {
+			n++
+		}
+	}
+	if n < bootAlertCount {
+		return api.AlertInfo{}, false
+	}
+	return api.AlertInfo{Kind: AlertBootFailures, Message: fmt.Sprintf("%d nodes failed before they ran in the last %s: check the image, setup commands and the agent's logs", n, bootAlertWindow)}, true
+}
+
+// AlertBootFailures is the alert kind for repeated boot failures.
+const AlertBootFailures = "repeated-boot-failures"

@@ -189,7 +189,7 @@ func waitConverged(ctx context.Context, c *api.Client, names []string, timeout t
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	last := ""
+	last, lastPrint := "", time.Time{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -206,12 +206,14 @@ func waitConverged(ctx context.Context, c *api.Client, names []string, timeout t
 			if f.NodesByState["running"] != f.TargetNodes {
 				done = false
 			}
-			parts = append(parts, fmt.Sprintf("%s: %d/%d running%s", f.Name, f.NodesByState["running"], f.TargetNodes, stateCounts(f.NodesByState)))
+			parts = append(parts, progressLine(f))
 		}
 		line := strings.Join(parts, " | ")
-		if line != last {
+		// A line on every change, and now and then while nothing changes,
+		// so a long boot does not look like a hang.
+		if line != last || time.Since(lastPrint) >= 15*time.Second {
 			fmt.Fprintf(w, "[%6s] %s\n", time.Since(start).Truncate(time.Second), line)
-			last = line
+			last, lastPrint = line, time.Now()
 		}
 		if done {
 			fmt.Fprintf(w, "All fleets converged in %s.\n", time.Since(start).Truncate(time.Second))
@@ -223,6 +225,24 @@ func waitConverged(ctx context.Context, c *api.Client, names []string, timeout t
 		case <-tick.C:
 		}
 	}
+}
+
+// progressLine is one fleet's progress while apply -wait follows it.
+func progressLine(f api.FleetSummary) string {
+	line := fmt.Sprintf("%s: %d/%d running%s", f.Name, f.NodesByState["running"], f.TargetNodes, stateCounts(f.NodesByState))
+	if r := f.Rendezvous; r != nil {
+		line += fmt.Sprintf(", round %d %s", r.Round, r.State)
+		if r.State == "closed" {
+			line += fmt.Sprintf(" (world size %d)", r.WorldSize)
+		}
+	}
+	if f.CostPerHour > 0 {
+		line += fmt.Sprintf(", $%.2f/h", f.CostPerHour)
+	}
+	if f.AlertCount > 0 {
+		line += fmt.Sprintf(", %d alert(s)", f.AlertCount)
+	}
+	return line
 }
 
 func stateCounts(m map[string]int) string {

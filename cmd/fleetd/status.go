@@ -42,9 +42,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			printJSON(stdout, d)
 			return exitOK
 		}
-		printFleets(stdout, []api.FleetSummary{d.FleetSummary})
-		fmt.Fprintln(stdout)
-		printNodes(stdout, d.Nodes)
+		printFleetDetail(stdout, d, time.Now())
 		return exitOK
 	}
 	st, err := c.Status(ctx)
@@ -55,43 +53,147 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		printJSON(stdout, st)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "fleetd %s, daemon %s, up %s\n\n", st.Version, st.DaemonID, age(st.Time.Sub(st.StartedAt)))
-	if len(st.Fleets) == 0 {
-		fmt.Fprintln(stdout, "No fleets. Apply one with: fleetd apply FILE")
-		return exitOK
-	}
-	printFleets(stdout, st.Fleets)
+	printStatus(stdout, st)
 	return exitOK
+}
+
+// printStatus renders GET /v1/status for humans.
+func printStatus(w io.Writer, st api.Status) {
+	fmt.Fprintf(w, "fleetd %s, daemon %s, up %s\n\n", st.Version, st.DaemonID, age(st.Time.Sub(st.StartedAt)))
+	if len(st.Fleets) == 0 {
+		fmt.Fprintln(w, "No fleets. Apply one with: fleetd apply FILE")
+		return
+	}
+	printFleets(w, st.Fleets)
+	var alerts int
+	for _, f := range st.Fleets {
+		alerts += f.AlertCount
+	}
+	if alerts > 0 {
+		fmt.Fprintf(w, "\n%d alert(s): see fleetd status FLEET.\n", alerts)
+	}
 }
 
 func printFleets(w io.Writer, fleets []api.FleetSummary) {
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLEET\tGEN\tRUNNING\tTARGET\tMIN..MAX\tOTHER\t$/H\tPROVIDERS")
+	fmt.Fprintln(tw, "FLEET\tGEN\tRUNNING\tTARGET\tMIN..MAX\tOTHER\tROUND\tWORLD\t$/H\tSPEND\tSAVED\tINTR\tALERTS\tPROVIDERS")
 	for _, f := range fleets {
 		name := f.Name
-		if f.Destroying {
+		switch {
+		case f.Destroying:
 			name += " (destroying)"
+		case f.Completed && f.Succeeded:
+			name += " (done)"
+		case f.Completed:
+			name += " (job failed)"
 		}
 		other := strings.TrimSuffix(strings.TrimPrefix(stateCounts(f.NodesByState), " ("), ")")
 		if other == "" {
 			other = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d..%d\t%s\t%.2f\t%s\n", name, f.Generation, f.NodesByState["running"], f.TargetNodes, f.MinNodes, f.MaxNodes, other, f.CostPerHour, strings.Join(f.Providers, ","))
+		round, world := "-", "-"
+		if r := f.Rendezvous; r != nil {
+			round, world = fmt.Sprintf("%d %s", r.Round, r.State), fmt.Sprint(r.WorldSize)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d..%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%d\t%s\n", name, f.Generation, f.NodesByState["running"], f.TargetNodes,
+			f.MinNodes, f.MaxNodes, other, round, world, f.CostPerHour, usd(f.SpendUSD), usd(f.SavingsUSD), f.Interruptions, f.AlertCount, strings.Join(f.Providers, ","))
 	}
 	tw.Flush()
 }
 
-func printNodes(w io.Writer, nodes []api.NodeInfo) {
+func usd(v float64) string { return fmt.Sprintf("$%.2f", v) }
+
+// printFleetDetail renders GET /v1/fleets/{name}: a summary block, the
+// nodes, then what happened (alerts, interruptions, recoveries).
+func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
+	status := "active"
+	switch {
+	case d.Destroying:
+		status = "destroying"
+	case d.Completed && d.Succeeded:
+		status = "job succeeded"
+	case d.Completed:
+		status = "job failed"
+	}
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintf(tw, "Fleet:\t%s (generation %d, %s; spec %s)\n", d.Name, d.Generation, status, d.Filename)
+	fmt.Fprintf(tw, "Nodes:\t%d/%d running%s, min %d, max %d\n", d.NodesByState["running"], d.TargetNodes, stateCounts(d.NodesByState), d.MinNodes, d.MaxNodes)
+	if r := d.Rendezvous; r != nil {
+		line := fmt.Sprintf("round %d %s, %d nodes, world size %d", r.Round, r.State, r.Nodes, r.WorldSize)
+		if r.Master != "" {
+			line += ", master " + r.Master
+		}
+		fmt.Fprintf(tw, "Rendezvous:\t%s\n", line)
+	} else {
+		fmt.Fprintf(tw, "Rendezvous:\tno round yet\n")
+	}
+	fmt.Fprintf(tw, "Cost:\t$%.2f/h now (on demand: $%.2f/h)\n", d.CostPerHour, d.OnDemandCostPerHour)
+	saved := usd(d.SavingsUSD)
+	if d.OnDemandEquivalentUSD > 0 {
+		saved += fmt.Sprintf(" (%.0f%% of the on-demand %s)", 100*d.SavingsUSD/d.OnDemandEquivalentUSD, usd(d.OnDemandEquivalentUSD))
+	}
+	fmt.Fprintf(tw, "Spend:\t%s so far, saved %s\n", usd(d.SpendUSD), saved)
+	fmt.Fprintf(tw, "Interruptions:\t%d\n", d.Interruptions)
+	tw.Flush()
+
+	if len(d.Alerts) > 0 {
+		fmt.Fprintln(w, "\nAlerts:")
+		for _, a := range d.Alerts {
+			subj := ""
+			if a.Subject != "" {
+				subj = " [" + a.Subject + "]"
+			}
+			fmt.Fprintf(w, "  ! %s%s: %s\n", a.Kind, subj, a.Message)
+		}
+	}
+	fmt.Fprintln(w)
+	printNodes(w, d.Nodes, now)
+	if n := len(d.RecentInterruptions); n > 0 {
+		fmt.Fprintln(w, "\nRecent interruptions:")
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "  WHEN\tNODE\tKIND\tSOURCE")
+		for _, i := range lastN(d.RecentInterruptions, 10) {
+			fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%s\n", age(now.Sub(i.At)), i.Node, i.Kind, i.Source)
+		}
+		tw.Flush()
+	}
+	if len(d.Recoveries) > 0 {
+		fmt.Fprintln(w, "\nRecoveries (notice → survivors running; launch → replacement joined):")
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "  WHEN\tKIND\tNODE\tDURATION")
+		for _, r := range lastN(d.Recoveries, 10) {
+			fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%.2fs\n", age(now.Sub(r.At)), r.Kind, dash(r.Node), r.DurationSeconds)
+		}
+		tw.Flush()
+	}
+}
+
+func lastN[T any](xs []T, n int) []T {
+	if len(xs) > n {
+		return xs[len(xs)-n:]
+	}
+	return xs
+}
+
+func printNodes(w io.Writer, nodes []api.NodeInfo, now time.Time) {
 	if len(nodes) == 0 {
 		fmt.Fprintln(w, "No nodes.")
 		return
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\tAGE\tROUND\tADDRESS\tREASON")
+	fmt.Fprintln(tw, "NODE\tSTATE\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\tAGE\tROUND\tHEARTBEAT\tADDRESS\tREASON")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%d\t%s\t%s\n", n.ID, n.State, n.Provider, n.Zone, n.InstanceType, n.CapacityType, n.PricePerHour,
-			age(time.Duration(n.AgeSeconds*float64(time.Second))), n.Round, dash(n.Address), n.Reason)
+		hb := "-"
+		if n.LastHeartbeat != nil {
+			hb = age(now.Sub(*n.LastHeartbeat)) + " ago"
+		}
+		round := "-"
+		if n.Round > 0 {
+			round = fmt.Sprint(n.Round)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, n.Provider, n.Zone, n.InstanceType, n.CapacityType, n.PricePerHour,
+			age(time.Duration(n.AgeSeconds*float64(time.Second))), round, hb, dash(n.Address), n.Reason)
 	}
 	tw.Flush()
 }

@@ -63,9 +63,10 @@ fleet "demo" {
   }
 
   training {
-    # Paths are relative to the agent's working directory, which for the
-    # local provider is the daemon's.
+    # Workers run in the repository (resolved where the spec lives), so the
+    # relative script path works for every local node.
     command        = ["python3", "examples/trainer/train.py", "--steps", tostring(var.steps), "--step-time", "0.1"]
+    workdir        = abspath("../..")
     nproc_per_node = 1
     max_restarts   = 10
     drain_grace    = "20s"

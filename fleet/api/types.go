@@ -125,9 +125,21 @@ type FleetSummary struct {
 	// SpendUSD is what the fleet's instances have cost so far (price ×
 	// time from launch to termination); OnDemandEquivalentUSD what the same
 	// hours would have cost on demand, when known.
-	SpendUSD              float64  `json:"spend_usd"`
-	OnDemandEquivalentUSD float64  `json:"on_demand_equivalent_usd,omitempty"`
-	Providers             []string `json:"providers"`
+	SpendUSD              float64 `json:"spend_usd"`
+	OnDemandEquivalentUSD float64 `json:"on_demand_equivalent_usd,omitempty"`
+	// SavingsUSD is OnDemandEquivalentUSD − SpendUSD: what running on spot
+	// saved so far. Nodes whose on-demand price is not known yet count at
+	// their own price (no savings claimed for them).
+	SavingsUSD float64 `json:"savings_usd"`
+	// OnDemandCostPerHour is what the live nodes would cost per hour on
+	// demand (same rule for unknown prices).
+	OnDemandCostPerHour float64 `json:"on_demand_cost_per_hour"`
+	// Interruptions counts terminal interruption notices (not rebalance
+	// recommendations) the fleet has had.
+	Interruptions int `json:"interruptions"`
+	// AlertCount is the number of active alerts (FleetDetail lists them).
+	AlertCount int      `json:"alert_count"`
+	Providers  []string `json:"providers"`
 	// Rendezvous is the current round; nil before the first.
 	Rendezvous *RendezvousInfo `json:"rendezvous,omitempty"`
 	// Completed is set once the training job ended; Succeeded is its outcome.
@@ -145,6 +157,18 @@ type FleetDetail struct {
 	Nodes      []NodeInfo     `json:"nodes"`
 	Recoveries []RecoveryInfo `json:"recoveries"`
 	Alerts     []AlertInfo    `json:"alerts"`
+	// RecentInterruptions are the latest notices of any kind, oldest first.
+	RecentInterruptions []InterruptionInfo `json:"recent_interruptions"`
+}
+
+// InterruptionInfo is one interruption notice the fleet took.
+type InterruptionInfo struct {
+	Node   string    `json:"node"`
+	Kind   string    `json:"kind"`   // spot-interruption, rebalance, preempted, ...
+	Source string    `json:"source"` // agent/imds, provider/aws, ...
+	At     time.Time `json:"at"`
+	// Seq is the notice's event in the event log.
+	Seq uint64 `json:"seq"`
 }
 
 // RendezvousInfo is the fleet's current rendezvous round.
@@ -181,6 +205,9 @@ type Status struct {
 	StartedAt  time.Time      `json:"started_at"`
 	Time       time.Time      `json:"time"`
 	Fleets     []FleetSummary `json:"fleets"`
+	// LastEventSeq is the newest event's seq: follow the event log from
+	// here (GET /v1/events/stream?since=LastEventSeq) to see what changes.
+	LastEventSeq uint64 `json:"last_event_seq"`
 }
 
 // EventsResponse is the response of GET /v1/events.

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// chromiumPath is Debian's chromium package (apt-get install chromium).
+const chromiumPath = "/usr/bin/chromium"
+
+// startDevDaemonIn is startDaemon with a working directory: local nodes run
+// the example trainer by a path relative to the daemon's directory.
+func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string) *devDaemon {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "-dev", "-listen", addr, "-data-dir", dataDir)
+	cmd.Dir = dir
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &devDaemon{cmd: cmd, done: make(chan error, 1)}
+	found := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
+				d.addr = v
+			}
+			if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
+				d.token = v
+				close(found)
+			}
+		}
+	}()
+	go func() { d.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("daemon log (tail):\n%s", tail(logs.String(), 60))
+		}
+	})
+	select {
+	case <-found:
+	case err := <-d.done:
+		t.Fatalf("daemon exited early: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon did not print its token\n%s", logs.String())
+	}
+	waitUntil(t, "daemon healthy", 10*time.Second, func() bool {
+		resp, err := http.Get(d.addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return d
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(s, "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// pageState is what the test reads from the dashboard's DOM.
+type pageState struct {
+	Fleets        []string          `json:"fleets"`
+	Nodes         map[string]string `json:"nodes"` // id → state
+	Timeline      int               `json:"timeline"`
+	Interruptions string            `json:"interruptions"`
+	Conn          string            `json:"conn"`
+	Events        int               `json:"events"`
+	LoginShown    bool              `json:"login_shown"`
+}
+
+const readPage = `(() => {
+  const q = (s) => Array.from(document.querySelectorAll(s));
+  const nodes = {};
+  for (const r of q('#nodes tbody tr[data-node]')) nodes[r.dataset.node] = r.dataset.state;
+  const tl = document.getElementById('chart-interruptions');
+  return {
+    fleets: q('#fleets tbody tr[data-fleet]').map((r) => r.dataset.fleet),
+    nodes,
+    timeline: Number(tl ? tl.getAttribute('data-count') : -1),
+    interruptions: (document.getElementById('kpi-interruptions') || {}).textContent || '',
+    conn: (document.getElementById('conn') || {}).textContent || '',
+    events: q('#events tbody tr').length,
+    login_shown: !document.getElementById('login').hidden,
+  };
+})()`
+
+// TestDashboardInBrowser opens the dashboard of a real `fleetd serve -dev`
+// in headless Chromium, sees the applied local fleet, injects a spot
+// interruption with `fleetd debug interrupt`, and waits for the page to
+// show it live (timeline marker, interruption count, the node draining),
+// then saves a screenshot.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary, local nodes and a browser")
+	}
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("headless browser test needs Debian's chromium at %s (apt-get install chromium): %v", chromiumPath, err)
+	}
+	bin := fleetdBinary(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	nodeDir := filepath.Join(dataDir, "local")
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	d := startDevDaemonIn(t, bin, root, dataDir, freeAddr(t))
+	spec := filepath.Join(root, "configs", "examples", "local.hcl")
+	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", "-var", "steps=100000", "-var", "checkpoint_dir="+t.TempDir(), spec); code != 0 {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox, // the sandbox needs user namespaces root does not get here
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1300),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+
+	var jsErrs []string
+	var jsMu sync.Mutex
+	if err := chromedp.Listen(browser, func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			jsMu.Lock()
+			msg := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+			jsErrs = append(jsErrs, fmt.Sprintf("%s (%s:%d)", msg, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber+1))
+			jsMu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+
+	// The token travels in the fragment, which never reaches the server.
+	if err := chromedp.Do(browser, chromedp.Navigate(d.addr+"/#token="+d.token)); err != nil {
+		t.Fatalf("open dashboard: %v", err)
+	}
+	var ps pageState
+	read := func() pageState {
+		s, err := chromedp.Run(browser, chromedp.Evaluate[pageState](readPage))
+		if err != nil {
+			t.Fatalf("read page: %v", err)
+		}
+		return s
+	}
+	waitPage := func(what string, cond func(pageState) bool) {
+		t.Helper()
+		deadline := time.Now().Add(45 * time.Second)
+		for {
+			ps = read()
+			if cond(ps) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("page never showed %s; last state %+v", what, ps)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitPage("the demo fleet with 3 launched nodes and a live stream", func(s pageState) bool {
+		live := 0
+		for _, st := range s.Nodes {
+			if st == "booting" || st == "joined" || st == "running" {
+				live++
+			}
+		}
+		return len(s.Fleets) == 1 && s.Fleets[0] == "demo" && live == 3 && s.Conn == "live" && !s.LoginShown
+	})
+	if ps.Timeline != 0 || ps.Interruptions != "0" {
+		t.Fatalf("interruptions before any was injected: %+v", ps)
+	}
+	before := filepath.Join(os.TempDir(), "fleetd-dashboard-before.png")
+	saveScreenshot(t, browser, before)
+
+	// A node with an instance gets a spot interruption through the local
+	// provider's metadata emulator, as a cloud would deliver it.
+	out, errOut, code := d.cli(t, bin, "status", "-json", "demo")
+	if code != 0 {
+		t.Fatalf("status: %s", errOut)
+	}
+	var det api.FleetDetail
+	if err := json.Unmarshal([]byte(out), &det); err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	for _, n := range det.Nodes {
+		if n.InstanceID != "" && victim == "" {
+			victim = n.ID
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no node with an instance: %+v", det.Nodes)
+	}
+	eventsBefore := ps.Events
+	if out, errOut, code := d.cli(t, bin, "debug", "interrupt", "-lead", "30s", "demo", victim); code != 0 {
+		t.Fatalf("debug interrupt: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// No reload: the page updates from the event stream.
+	waitPage("the interruption (timeline marker, count, victim draining)", func(s pageState) bool {
+		st := s.Nodes[victim]
+		return s.Timeline >= 1 && s.Interruptions == "1" && (st == "draining" || st == "terminating" || st == "terminated") && s.Events > eventsBefore
+	})
+	shot := filepath.Join(os.TempDir(), "fleetd-dashboard.png")
+	saveScreenshot(t, browser, shot)
+	if dir := os.Getenv("FLEETD_SCREENSHOT_DIR"); dir != "" {
+		for _, p := range []string{before, shot} {
+			b, err := os.ReadFile(p)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o644)
+			}
+			if err != nil {
+				t.Errorf("copy screenshot to FLEETD_SCREENSHOT_DIR: %v", err)
+			}
+		}
+	}
+	t.Logf("dashboard screenshots: %s (before) and %s (after the interruption of %s)", before, shot, victim)
+
+	jsMu.Lock()
+	defer jsMu.Unlock()
+	if len(jsErrs) > 0 {
+		t.Errorf("JavaScript exceptions on the page: %v", jsErrs)
+	}
+	d.stop(t)
+}
+
+func saveScreenshot(t *testing.T, browser context.Context, path string) {
+	t.Helper()
+	// Quality 100 makes chromedp capture PNG.
+	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "dashboard screenshot: %s\n", path)
+}
