@@ -485,6 +485,20 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 		_ = d.store.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(runtimeKey(f.Name), b) })
 	}
 
+	// A launch while some node has ended or is draining replaces it: only
+	// those count as replacement-requested → joined recoveries.
+	replacing := false
+	for _, n := range in.Nodes {
+		switch n.State {
+		case state.NodeDraining, state.NodeTerminating, state.NodeTerminated, state.NodeFailed:
+			replacing = true
+		}
+	}
+	for _, a := range plan.Actions {
+		if t, ok := a.(reconcile.Transition); ok && (t.To == state.NodeDraining || t.To == state.NodeFailed || t.To == state.NodeTerminated) {
+			replacing = true
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, l := range launches {
@@ -493,7 +507,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 		go func(l reconcile.Launch) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := d.launch(ctx, f, fl, l, now); err != nil && ctx.Err() == nil {
+			if err := d.launch(ctx, f, fl, l, now, replacing); err != nil && ctx.Err() == nil {
 				d.log.Error("launch", "node", l.Node.ID, "err", err)
 			}
 		}(l)
@@ -543,13 +557,15 @@ func (d *Daemon) setAlerts(ctx context.Context, fleetName string, rt *fleetRunti
 
 // launch executes one Launch action: persist, render user-data, Create,
 // persist the outcome.
-func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time) error {
+func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool) error {
 	n := l.Node
 	if !l.Relaunch {
 		if err := d.putNode(ctx, n, "", l.Reason); err != nil {
 			return err
 		}
-		d.noteLaunchRequested(f.Name, n.ID, now)
+		if replacing {
+			d.noteLaunchRequested(f.Name, n.ID, now)
+		}
 	}
 	prov := reconcile.StartLaunch(n, now)
 	if err := d.putNode(ctx, prov, n.State, prov.Reason); err != nil {

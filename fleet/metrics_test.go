@@ -273,7 +273,7 @@ func checkMetrics(t *testing.T, td *testDaemon) {
 		{"fleetd_interruptions_total", map[string]string{"fleet": "train", "kind": "spot-interruption", "source": "agent/imds"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "1"},
 		{"fleetd_interruptions_total", map[string]string{"fleet": "train", "kind": "rebalance", "source": "agent/imds"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "1"},
 		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "survivors-running"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 1 }, "≥ 1 observation"},
-		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "replacement-joined"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 4 }, "≥ 4 observations (3 first joins + the replacement)"},
+		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "replacement-joined"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v == 1 }, "1 observation (the replacement; first boots are not recoveries)"},
 		{"fleetd_reconcile_duration_seconds", f, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 2 }, "≥ 2 passes"},
 		{"fleetd_provider_calls_total", map[string]string{"provider": "mem", "op": "create"}, dto.MetricType_COUNTER, func(v float64) bool { return v >= 4 }, "≥ 4 creates"},
 		{"fleetd_provider_calls_total", map[string]string{"provider": "mem", "op": "list"}, dto.MetricType_COUNTER, func(v float64) bool { return v >= 2 }, "≥ 2 lists"},

@@ -158,6 +158,8 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 		sawTwo       bool
 		backToThree  bool
 		stepAtNotice int64
+		twoAfter     time.Duration
+		threeAt      time.Time
 	)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -211,15 +213,15 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 			}
 			interrupted, interruptT, stepAtNotice = victim, time.Now(), maxStep
 		case interrupted != "" && !sawTwo && curWS == 2 && maxStep > stepAtNotice:
-			sawTwo = true
-			say(">>> survivors continue at world size 2 from step %d (%.1fs after the notice)", maxStep, time.Since(interruptT).Seconds())
+			sawTwo, twoAfter = true, time.Since(interruptT)
+			say(">>> survivors continue at world size 2 from step %d (%.1fs after the notice)", maxStep, twoAfter.Seconds())
 		case sawTwo && !backToThree && curWS == 3:
-			backToThree = true
+			backToThree, threeAt = true, time.Now()
 			say(">>> replacement joined: training back at world size 3 (step %d)", maxStep)
 		}
 		if det.Completed {
 			say("job finished (succeeded=%v) after %s", det.Succeeded, time.Since(start).Round(time.Second))
-			return summary(det, maxStep, steps, worldSizes, interrupted != "", sawTwo, backToThree)
+			return summary(det, maxStep, steps, worldSizes, interrupted != "", sawTwo, backToThree, twoAfter, threeAt.Sub(interruptT))
 		}
 	}
 }
@@ -251,7 +253,7 @@ func pickVictim(det api.FleetDetail) string {
 	return ids[len(ids)-1]
 }
 
-func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, interrupted, sawTwo, backToThree bool) error {
+func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, interrupted, sawTwo, backToThree bool, twoAfter, threeAfter time.Duration) error {
 	fmt.Println()
 	fmt.Println("================ fleetd demo summary ================")
 	fmt.Printf("training steps completed     %d of %d\n", maxStep, steps)
@@ -267,10 +269,16 @@ func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, int
 	for _, r := range det.Recoveries {
 		switch r.Kind {
 		case "survivors-running":
-			fmt.Printf("interruption → survivors     %.2f s (new round without the node)\n", r.DurationSeconds)
+			fmt.Printf("notice → survivors' round    %.2f s (daemon: new rendezvous round without the node)\n", r.DurationSeconds)
 		case "replacement-joined":
-			fmt.Printf("replacement → joined         %.2f s (%s)\n", r.DurationSeconds, r.Node)
+			fmt.Printf("replacement → joined         %.2f s (%s: launch requested → agent registered)\n", r.DurationSeconds, r.Node)
 		}
+	}
+	if sawTwo {
+		fmt.Printf("notice → survivors training  %.2f s (first step at world size 2 seen by this demo; includes ~1 s log shipping)\n", twoAfter.Seconds())
+	}
+	if backToThree {
+		fmt.Printf("notice → back at 3 nodes     %.2f s (first step at world size 3 after the replacement joined)\n", threeAfter.Seconds())
 	}
 	fmt.Printf("cost                         $%.4f spent (spot)\n", det.SpendUSD)
 	fmt.Println("=====================================================")
