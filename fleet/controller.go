@@ -272,7 +272,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	}
 	for _, inst := range in.Instances {
 		n, ok := byInstance[inst.ID]
-		if !ok || inst.Interruption == nil {
+		if !ok || inst.Interruption == nil || f.Completed || f.Destroying {
+			// A finished job's agents exit on their own: not an interruption.
 			continue
 		}
 		kind, err := interruption.ParseKind(inst.Interruption.Kind)
