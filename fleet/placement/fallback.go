@@ -75,7 +75,7 @@ type DeadlinePolicy interface {
 	Decide(DeadlineInput) DeadlineDecision
 }
 
-// UniformProgress is the default deadline policy, after Can't Be Late
+// UniformProgress is the deadline policy of Can't Be Late
 // (NSDI'24): expected progress ep(t) = Work·(t−Start)/(Deadline−Start).
 //   - Safety net: when the time left R < C + 2d (C = work left, d =
 //     changeover), use on-demand only, until the end.
@@ -138,7 +138,7 @@ type FallbackInput struct {
 	// Changeover is the deadline policy's d; 0 means the model's
 	// default interruption cost.
 	Changeover time.Duration
-	// Policy is the deadline policy; nil means UniformProgress.
+	// Policy is the deadline policy; nil means DefaultDeadlinePolicy.
 	Policy DeadlinePolicy
 }
 
@@ -172,7 +172,7 @@ func DecideCapacity(in FallbackInput) (Decision, FallbackState) {
 		}
 		pol := in.Policy
 		if pol == nil {
-			pol = UniformProgress{}
+			pol = DefaultDeadlinePolicy()
 		}
 		d := in.Changeover
 		if d <= 0 {

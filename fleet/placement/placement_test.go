@@ -414,7 +414,7 @@ func TestDecideCapacity(t *testing.T) {
 				odn = 2
 			}
 			d, _ := DecideCapacity(FallbackInput{Fleet: dl, Now: t0, Live: 2, OnDemandLive: odn, SpotViable: tt.spot,
-				Progress: Progress{Start: start, Done: tt.done}, Changeover: 12 * time.Minute})
+				Progress: Progress{Start: start, Done: tt.done}, Changeover: 12 * time.Minute, Policy: UniformProgress{}})
 			if d.OnDemand != tt.wantOD || (d.OnDemand && d.Spot == tt.onlyOD) {
 				t.Fatalf("decision %+v", d)
 			}

@@ -57,7 +57,8 @@ type Params struct {
 	// MinImprovement is the price-migration threshold (placement.Choose).
 	MinImprovement float64         `json:"min_improvement"`
 	Model          placement.Model `json:"model"`
-	// Deadline is the deadline-mode policy; nil means UniformProgress.
+	// Deadline is the deadline-mode policy; nil means
+	// placement.DefaultDeadlinePolicy.
 	Deadline placement.DeadlinePolicy `json:"-"`
 }
 

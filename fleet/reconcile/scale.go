@@ -145,6 +145,18 @@ func (pl *planner) scale() {
 		sc := placement.Choose(in)
 		if !sc.Migrate && sc.Group != "" && sc.Group == sc.Current && len(sc.Launch) > 0 {
 			pl.launch(sc.Launch, 1, "spot swap: spot capacity is back; replaces an on-demand node once joined")
+		} else if odLive == len(live) {
+			// No spot in the job's group, but the job runs entirely on
+			// on-demand: it moves whole to spot in the best other group
+			// (a restart from its checkpoint) when that is cheaper by
+			// MinImprovement, like a move at a rendezvous boundary.
+			in.Nodes, in.Need, in.Target = nil, target, target
+			if mc := placement.Choose(in); mc.Group != "" && mc.Group != choice.Group && len(mc.Launch) == target && mc.Cost <= choice.Cost*(1-pl.minImprovement()) {
+				for _, i := range live {
+					pl.retire(i, "job on on-demand moves to spot in "+mc.Group)
+				}
+				pl.launch(mc.Launch, target, "placement: on-demand job moves to spot: "+mc.Reason)
+			}
 		}
 	}
 	pl.plan.Live = len(pl.liveNodes())
@@ -275,4 +287,11 @@ func (pl *planner) quotaAlerts(f *spec.Fleet) {
 		pl.alert(Alert{Kind: AlertQuota, Subject: o.Key(),
 			Message: fmt.Sprintf("quota exceeded for %s (retry after %s): %s", o.Key(), u.Until.UTC().Format("2006-01-02T15:04:05Z"), u.Message)})
 	}
+}
+
+func (pl *planner) minImprovement() float64 {
+	if pl.p.MinImprovement > 0 {
+		return pl.p.MinImprovement
+	}
+	return placement.DefaultMinImprovement
 }

@@ -1,0 +1,65 @@
+package simulate
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/placement"
+)
+
+// Greedy is Can't Be Late's greedy baseline as a deadline policy: spot
+// whenever a spot placement exists, wait otherwise; the safety net (time
+// left < work left + 2 changeovers) switches to on-demand until the end.
+type Greedy struct{}
+
+// Decide implements placement.DeadlinePolicy.
+func (Greedy) Decide(in placement.DeadlineInput) placement.DeadlineDecision {
+	left := in.Work - in.Done
+	if left <= 0 {
+		return placement.DeadlineDecision{Reason: "work done"}
+	}
+	if r := in.Deadline.Sub(in.Now); r < left+2*in.Changeover {
+		return placement.DeadlineDecision{UseOnDemand: true, OnDemandOnly: true,
+			Reason: fmt.Sprintf("safety net: %s to deadline < %s work left + 2×%s changeover", r.Round(time.Second), left.Round(time.Second), in.Changeover)}
+	}
+	return placement.DeadlineDecision{Reason: "greedy: spot or wait"}
+}
+
+// DefaultPolicies are the policies `fleetd sim` runs by default.
+func DefaultPolicies() []Policy {
+	return []Policy{
+		{Name: "optimum", Optimum: true, Description: "omniscient optimum: DP over the trace with the same changeover model (lower bound)"},
+		{Name: "fleetd", Deadline: placement.DefaultDeadlinePolicy(), Description: "fleetd's deadline policy, every zone of the set"},
+		{Name: "up", Deadline: placement.UniformProgress{}, Description: "Uniform Progress (Can't Be Late) with fleetd's placement, every zone"},
+		{Name: "greedy", Deadline: Greedy{}, Description: "greedy spot + safety net with fleetd's placement, every zone"},
+		{Name: "up-1z", Deadline: placement.UniformProgress{}, OneZone: true, Description: "Uniform Progress in one zone (drawn per window)"},
+		{Name: "greedy-1z", Deadline: Greedy{}, OneZone: true, Description: "greedy spot + safety net in one zone (drawn per window)"},
+		{Name: "on-demand", OnDemand: true, Description: "on-demand only"},
+	}
+}
+
+// SelectPolicies picks policies by name from DefaultPolicies, in the
+// order given.
+func SelectPolicies(names []string) ([]Policy, error) {
+	all := DefaultPolicies()
+	var out []Policy
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		found := false
+		for _, p := range all {
+			if p.Name == n {
+				out = append(out, p)
+				found = true
+			}
+		}
+		if !found {
+			var known []string
+			for _, p := range all {
+				known = append(known, p.Name)
+			}
+			return nil, fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}

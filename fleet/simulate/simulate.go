@@ -1,0 +1,354 @@
+// Package simulate runs fleetd's real decision code — the reconciler,
+// placement and the deadline policies — against a trace-driven spot market
+// (providers/sim) in virtual time, over many start windows, and compares
+// policies with the omniscient optimum. `fleetd sim` is its command line;
+// docs/sim.md describes the model.
+package simulate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/providers/sim"
+)
+
+// Job is the deadline job every window runs.
+type Job struct {
+	// Work is the training time at max_nodes.
+	Work time.Duration `json:"work"`
+	// Deadline is counted from the window's start.
+	Deadline time.Duration `json:"deadline"`
+	// Changeover is the cost of one (re)start: launch, setup and lost
+	// progress; LaunchLatency is its first part (launch until the agent
+	// joins), the rest is spent after the rendezvous round closes.
+	Changeover    time.Duration `json:"changeover"`
+	LaunchLatency time.Duration `json:"launch_latency"`
+}
+
+// Policy is one way of running the job.
+type Policy struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Optimum: the omniscient lower bound (optimum.go), not a reconciler run.
+	Optimum bool `json:"optimum,omitempty"`
+	// Deadline is the reconciler's deadline policy; nil is its default.
+	Deadline placement.DeadlinePolicy `json:"-"`
+	// OnDemand runs the fleet with spot = false.
+	OnDemand bool `json:"on_demand,omitempty"`
+	// OneZone restricts each window's run to one zone of the set, drawn
+	// at random per window (the same zone for every one-zone policy).
+	OneZone bool `json:"one_zone,omitempty"`
+}
+
+// Setup is a simulation.
+type Setup struct {
+	Trace *sim.Trace
+	// Fleet is the spec's fleet; its sim provider block selects zones
+	// and prices. Its deadline and work are replaced per window by Job.
+	Fleet *spec.Fleet
+	Job   Job
+	// Policies to run; Optimum must be among them for ratios.
+	Policies []Policy
+	// Windows random start windows, drawn with Seed; or explicit Starts.
+	Windows int
+	Starts  []time.Time
+	Seed    uint64
+	// Interval is how often the deadline policy is consulted while the
+	// fleet is not steadily on spot (default: the trace's tick, as the
+	// published simulators decide once per tick).
+	Interval time.Duration
+	// Params tune the reconciler (the daemon's defaults when zero).
+	Params reconcile.Params
+	// Parallel bounds the windows simulated at once (default GOMAXPROCS).
+	Parallel int
+	// Exhaustive runs a reconcile pass at every event and check time
+	// instead of skipping passes that provably change nothing.
+	Exhaustive bool
+	// Log, when set, receives every run's plan actions and round changes
+	// (use with few windows and Parallel 1).
+	Log io.Writer
+
+	cfg     providers.Config
+	market  *sim.Market
+	zoneCf  map[string]providers.Config
+	zoneMkt map[string]*sim.Market
+}
+
+// Result is one policy's run over one window.
+type Result struct {
+	Policy string    `json:"policy"`
+	Window int       `json:"window"`
+	Start  time.Time `json:"start"`
+	// Zone is the zone of a one-zone run.
+	Zone          string        `json:"zone,omitempty"`
+	Cost          float64       `json:"cost"`
+	SpotCost      float64       `json:"spot_cost"`
+	OnDemandCost  float64       `json:"on_demand_cost"`
+	SpotHours     float64       `json:"spot_hours"`
+	OnDemandHours float64       `json:"on_demand_hours"`
+	Elapsed       time.Duration `json:"elapsed"`
+	Done          time.Duration `json:"done"`
+	Missed        bool          `json:"missed,omitempty"`
+	Infeasible    bool          `json:"infeasible,omitempty"`
+	Migrations    int           `json:"migrations"`
+	Preemptions   int           `json:"preemptions"`
+	Restarts      int           `json:"restarts"`
+	Passes        int           `json:"passes,omitempty"`
+}
+
+// Prepare checks the setup and resolves the market and the job: zero Job
+// fields come from the spec (work; the deadline counted from the trace's
+// start, the spec's job being the window at the trace's start) and the
+// sim provider block (changeover, launch latency).
+func (s *Setup) Prepare() error {
+	if s.Trace == nil || s.Fleet == nil {
+		return errors.New("simulate: trace and fleet are required")
+	}
+	pb, ok := s.Fleet.Provider(sim.Name)
+	if !ok || len(s.Fleet.Providers) != 1 {
+		return fmt.Errorf("fleet %s: the simulator needs exactly one provider, %q", s.Fleet.Name, sim.Name)
+	}
+	c, err := sim.DecodeConfig(providers.Config{Fleet: s.Fleet.Name, Raw: pb.Config})
+	if err != nil {
+		return err
+	}
+	if s.Job.Changeover <= 0 {
+		s.Job.Changeover = c.ChangeoverDuration()
+	}
+	if s.Job.LaunchLatency <= 0 {
+		s.Job.LaunchLatency = c.LaunchLatencyDuration()
+	}
+	if s.Job.LaunchLatency > s.Job.Changeover {
+		return fmt.Errorf("launch latency %s exceeds the changeover %s", s.Job.LaunchLatency, s.Job.Changeover)
+	}
+	if s.Job.Work <= 0 {
+		s.Job.Work = s.Fleet.Work
+	}
+	if s.Job.Deadline <= 0 && s.Fleet.Deadline != nil {
+		s.Job.Deadline = s.Fleet.Deadline.Sub(s.Trace.Start)
+	}
+	if s.Job.Work <= 0 || s.Job.Deadline <= 0 {
+		return fmt.Errorf("fleet %s: the simulator needs work and a deadline after the job's start (spec or flags)", s.Fleet.Name)
+	}
+	if s.Job.Deadline < s.Job.Work+s.Job.Changeover {
+		return fmt.Errorf("deadline %s is shorter than the work %s plus one changeover %s: no policy can make it", s.Job.Deadline, s.Job.Work, s.Job.Changeover)
+	}
+	// The provider block with the job's timings, so the market launches
+	// with the same latency the job model assumes.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(pb.Config, &raw); err != nil {
+		return fmt.Errorf("sim provider block: %w", err)
+	}
+	raw["launch_latency"], _ = json.Marshal(s.Job.LaunchLatency.String())
+	raw["changeover"], _ = json.Marshal(s.Job.Changeover.String())
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	s.cfg = providers.Config{Fleet: s.Fleet.Name, Raw: b}
+	c, err = sim.DecodeConfig(s.cfg)
+	if err != nil {
+		return err
+	}
+	if s.market, err = sim.NewMarket(s.Trace, c); err != nil {
+		return err
+	}
+	s.zoneCf, s.zoneMkt = map[string]providers.Config{}, map[string]*sim.Market{}
+	for _, z := range s.market.Zones() {
+		raw["zones"], _ = json.Marshal([]string{z})
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return err
+		}
+		zc := providers.Config{Fleet: s.Fleet.Name, Raw: b}
+		c, err := sim.DecodeConfig(zc)
+		if err != nil {
+			return err
+		}
+		if s.zoneMkt[z], err = sim.NewMarket(s.Trace, c); err != nil {
+			return err
+		}
+		s.zoneCf[z] = zc
+	}
+	if s.Interval <= 0 {
+		s.Interval = s.market.Offers[0].Series.Tick
+	}
+	if len(s.Policies) == 0 {
+		s.Policies = DefaultPolicies()
+	}
+	return nil
+}
+
+// Market is the resolved market of the whole zone set (after Prepare).
+func (s *Setup) Market() *sim.Market { return s.market }
+
+// windows draws the start windows: tick boundaries of the first series
+// such that the deadline stays inside every series.
+func (s *Setup) windows() ([]time.Time, []int, error) {
+	zones := len(s.market.Offers)
+	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
+	o := s.market.Offers[0]
+	if len(s.Starts) > 0 {
+		// Explicit starts snap to the tick they fall in.
+		starts := make([]time.Time, len(s.Starts))
+		zi := make([]int, len(s.Starts))
+		for i, t := range s.Starts {
+			d := t.Sub(o.Series.Start)
+			k := d / o.Series.Tick
+			if d < 0 && d%o.Series.Tick != 0 {
+				k--
+			}
+			starts[i] = o.TickStart(int(k))
+			zi[i] = rng.IntN(zones)
+		}
+		return starts, zi, nil
+	}
+	first := o.Series.Start
+	for _, x := range s.market.Offers {
+		if x.Series.Start.After(first) {
+			first = x.Series.Start
+		}
+	}
+	i0 := int((first.Sub(o.Series.Start) + o.Series.Tick - 1) / o.Series.Tick)
+	room := s.market.Horizon(o.TickStart(i0)) - s.Job.Deadline
+	if room < 0 {
+		return nil, nil, fmt.Errorf("the trace (%s from %s) is shorter than the deadline %s", s.market.Horizon(o.TickStart(i0)), o.TickStart(i0).Format(time.RFC3339), s.Job.Deadline)
+	}
+	n := int(room/o.Series.Tick) + 1
+	starts := make([]time.Time, s.Windows)
+	zi := make([]int, s.Windows)
+	for i := range starts {
+		starts[i] = o.TickStart(i0 + rng.IntN(n))
+		zi[i] = rng.IntN(zones)
+	}
+	return starts, zi, nil
+}
+
+// Run simulates every policy over every window, windows in parallel.
+func (s *Setup) Run(ctx context.Context) ([]Result, error) {
+	if s.market == nil {
+		if err := s.Prepare(); err != nil {
+			return nil, err
+		}
+	}
+	starts, zi, err := s.windows()
+	if err != nil {
+		return nil, err
+	}
+	par := s.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	par = max(min(par, len(starts)), 1)
+	out := make([][]Result, len(starts))
+	errs := make([]error, len(starts))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var op optimizer
+			for w := range next {
+				out[w], errs[w] = s.window(&op, w, starts[w], s.market.Offers[zi[w]].Meta.Zone)
+			}
+		}()
+	}
+	for w := range starts {
+		select {
+		case next <- w:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var all []Result
+	for w := range starts {
+		if errs[w] != nil {
+			return nil, fmt.Errorf("window %d (%s): %w", w, starts[w].Format(time.RFC3339), errs[w])
+		}
+		all = append(all, out[w]...)
+	}
+	return all, nil
+}
+
+// window runs every policy over one window.
+func (s *Setup) window(op *optimizer, w int, start time.Time, zone string) ([]Result, error) {
+	var out []Result
+	for _, pol := range s.Policies {
+		var res Result
+		var err error
+		if pol.Optimum {
+			res, err = s.optimum(op, pol, start)
+		} else {
+			res, err = s.RunOne(pol, start, zone)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pol.Name, err)
+		}
+		res.Window = w
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// RunOne runs one reconciler-driven policy over the window starting at
+// start; zone is used by one-zone policies.
+func (s *Setup) RunOne(pol Policy, start time.Time, zone string) (Result, error) {
+	fl := *s.Fleet
+	dl := start.Add(s.Job.Deadline)
+	fl.Deadline, fl.Work = &dl, s.Job.Work
+	fl.Placement.Fallback, fl.Placement.FallbackAfter = spec.FallbackDeadline, 0
+	cfg, mkt := s.cfg, s.market
+	if pol.OnDemand {
+		fl.Node.Spot = false
+	}
+	if pol.OneZone {
+		cfg, mkt = s.zoneCf[zone], s.zoneMkt[zone]
+	} else {
+		zone = ""
+	}
+	fl.Providers = []spec.Provider{{Name: sim.Name, Config: cfg.Raw}}
+	r, err := newRunner(s, pol, &fl, cfg, mkt, start, zone)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.run(), nil
+}
+
+func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, error) {
+	od := 0.0
+	for _, o := range s.market.Offers {
+		if od == 0 || o.Meta.OnDemandPrice < od {
+			od = o.Meta.OnDemandPrice
+		}
+	}
+	gang := max(s.Fleet.MaxNodes, 1)
+	o, err := op.solve(s.market.Offers, start, s.Job, gang, od*float64(gang))
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Policy: pol.Name, Start: start, Cost: o.Cost, SpotHours: o.SpotHours * float64(gang), OnDemandHours: o.OnDemandHours * float64(gang),
+		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work}
+	if !o.Feasible {
+		res.Cost = 0
+	}
+	return res, nil
+}
