@@ -26,6 +26,9 @@ type fleetRuntime struct {
 	Fallback      placement.FallbackState `json:"fallback"`
 	LastScaleUp   time.Time               `json:"last_scale_up,omitzero"`
 	LastScaleDown time.Time               `json:"last_scale_down,omitzero"`
+	// Progress is the training work done (in time at max_nodes), measured
+	// from the rendezvous: the deadline policy needs it.
+	Progress placement.Progress `json:"progress"`
 
 	alerts      []reconcile.Alert
 	notices     map[string]interruption.Notice // by Notice.Key()
@@ -303,6 +306,16 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	d.rtMu.Unlock()
 	sort.Slice(in.Notices, func(i, j int) bool { return in.Notices[i].Key() < in.Notices[j].Key() })
 
+	// Work advances while a round is closed, at (world nodes / max_nodes).
+	if rt.Progress.Start.IsZero() {
+		rt.Progress.Start = f.CreatedAt
+	}
+	if !rt.lastPass.IsZero() && d.rdzv != nil && fl.MaxNodes > 0 {
+		if st, err := d.rdzv.Status(f.Name); err == nil && st.State == rendezvous.RoundClosed && st.Nodes >= fl.MinNodes {
+			rt.Progress.Done += time.Duration(float64(now.Sub(rt.lastPass)) * float64(st.Nodes) / float64(fl.MaxNodes))
+		}
+	}
+	in.Progress = rt.Progress
 	plan := reconcile.Reconcile(in)
 	rt.plan = plan
 	if err := d.execute(ctx, f, fl, rt, in, plan); err != nil {
