@@ -43,6 +43,12 @@ bench: ## Run the benchmarks and print their figures
 fuzz: ## Run each fuzz target for FUZZTIME (default 20s)
 	@./scripts/fuzz.sh $${FUZZTIME:-20s}
 
+.PHONY: chaos
+chaos: ## Long chaos, partition and load suites (CHAOS_RUNS, CHAOS_SEED, CHAOS_FAULTS)
+	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestProviderOutage|TestLoad' ./fleet/
+	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestPartition' ./cmd/fleetd/ \
+		-chaos.runs=$${CHAOS_RUNS:-0} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-0}
+
 .PHONY: clean
 clean: ## Remove build output
 	rm -rf bin
