@@ -30,7 +30,9 @@ type Config struct {
 	Plugins     []PluginConfig `hcl:"plugin,block"`
 
 	// Dev marks a throwaway daemon (temporary data dir, token printed).
-	Dev bool `hcl:"-"`
+	// Untagged: gohcl ignores untagged fields, while `hcl:"-"` would make
+	// "-" a required attribute and reject every config file.
+	Dev bool
 	// orphanGrace is OrphanGrace parsed.
 	orphanGrace time.Duration
 }

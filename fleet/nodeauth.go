@@ -11,12 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// Node tokens are derived, not stored: token = HMAC(node secret, fleet/node).
+// Node tokens are derived, not stored: token = HMAC(node secret,
+// fleet/node/created), created being the node record's creation time.
 // A daemon that crashes between persisting a node and launching it renders
 // the same user-data again after restart, so the provider's idempotent
 // Create and the agent's token still agree; and a leaked state file holds no
@@ -42,17 +45,40 @@ func (d *Daemon) loadNodeSecret() error {
 	return err
 }
 
-// NodeToken is the bearer token of one node's agent.
+// NodeToken is the bearer token of one node's agent. It reads the node's
+// record (call it outside store transactions): the token is bound to that
+// record's incarnation because node ids repeat ("<fleet>-<gen>-<n>" starts
+// over when a fleet is re-created, and a forgotten node's n is reused), and
+// the token of a node that is gone must never work for its namesake.
 func (d *Daemon) NodeToken(fleetName, nodeID string) string {
+	var created time.Time
+	_ = d.store.View(context.Background(), func(tx state.Tx) error {
+		if n, err := tx.Node(fleetName, nodeID); err == nil {
+			created = n.CreatedAt
+		}
+		return nil
+	})
+	return d.nodeToken(fleetName, nodeID, created)
+}
+
+func (d *Daemon) nodeToken(fleetName, nodeID string, created time.Time) string {
 	m := hmac.New(sha256.New, d.nodeSecret)
-	m.Write([]byte(fleetName + "/" + nodeID))
+	fmt.Fprintf(m, "%s/%s/%d.%09d", fleetName, nodeID, created.Unix(), created.Nanosecond())
 	return "fleetd_node_" + hex.EncodeToString(m.Sum(nil))
 }
 
 var (
-	errUnauthorized = errors.New("unauthorized")
-	errForbidden    = errors.New("forbidden")
+	errUnauthorized       = errors.New("unauthorized")
+	errForbidden    error = forbiddenError{}
 )
+
+// forbiddenError also matches rendezvous.ErrForbidden, so the rendezvous
+// routes (which share authorizeNode) answer 403 like the agent routes
+// instead of 401: the token is valid, just not for this node.
+type forbiddenError struct{}
+
+func (forbiddenError) Error() string        { return "forbidden" }
+func (forbiddenError) Is(target error) bool { return target == rendezvous.ErrForbidden }
 
 // authorizeNode checks that the request carries the token of exactly this
 // node (or the admin token). A node's token cannot act on another node.
@@ -70,16 +96,22 @@ func (d *Daemon) authorizeNode(r *http.Request, fleetName, nodeID string) error 
 	if fleetName == "" || nodeID == "" {
 		return fmt.Errorf("%w: a node token acts only on its own node", errForbidden)
 	}
-	if !api.TokenEqual(tok, []byte(d.NodeToken(fleetName, nodeID))) {
-		return fmt.Errorf("%w: token is not valid for node %s/%s", errForbidden, fleetName, nodeID)
-	}
-	// The node must exist: a token for a forgotten node is dead.
-	err := d.store.View(context.Background(), func(tx state.Tx) error {
-		_, err := tx.Node(fleetName, nodeID)
+	var node state.Node
+	err := d.store.View(r.Context(), func(tx state.Tx) error {
+		var err error
+		node, err = tx.Node(fleetName, nodeID)
 		return err
 	})
+	if !api.TokenEqual(tok, []byte(d.nodeToken(fleetName, nodeID, node.CreatedAt))) {
+		return fmt.Errorf("%w: token is not valid for node %s/%s", errForbidden, fleetName, nodeID)
+	}
+	// The node must exist and not be gone: a token for a forgotten or
+	// terminated node is dead.
 	if err != nil {
 		return fmt.Errorf("%w: unknown node %s/%s", errForbidden, fleetName, nodeID)
+	}
+	if node.State == state.NodeTerminated {
+		return fmt.Errorf("%w: node %s/%s is terminated", errForbidden, fleetName, nodeID)
 	}
 	return nil
 }

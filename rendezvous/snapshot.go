@@ -97,7 +97,11 @@ func Restore(s Snapshot, now time.Time) (*Machine, error) {
 	m.deadline, m.standbyAt = s.Deadline, s.StandbyAt
 	members := append([]SnapshotMember(nil), s.Members...)
 	sort.Slice(members, func(i, j int) bool { return members[i].Seq < members[j].Seq })
-	for _, sm := range members {
+	for i, sm := range members {
+		if i > 0 && sm.Seq == members[i-1].Seq {
+			// Seq is the join order; a tie would make ranks depend on map order.
+			return nil, fmt.Errorf("rendezvous snapshot: members %s and %s have the same seq %d", members[i-1].NodeID, sm.NodeID, sm.Seq)
+		}
 		if err := sm.JoinRequest.Validate(); err != nil {
 			return nil, fmt.Errorf("rendezvous snapshot: member: %w", err)
 		}
@@ -110,11 +114,19 @@ func Restore(s Snapshot, now time.Time) (*Machine, error) {
 		m.add(&member{JoinRequest: sm.JoinRequest, seq: sm.Seq, joinedAt: sm.JoinedAt, standby: sm.Standby, lastSeen: now})
 	}
 	for _, ex := range s.Excluded {
+		if m.members[ex.NodeID] != nil {
+			return nil, fmt.Errorf("rendezvous snapshot: excluded %s is a member", ex.NodeID)
+		}
 		m.excluded[ex.NodeID] = ex
 	}
 	if len(s.Order) > 0 {
 		order := make([]*member, len(s.Order))
+		ranked := make(map[string]bool, len(s.Order))
 		for i, id := range s.Order {
+			if ranked[id] {
+				return nil, fmt.Errorf("rendezvous snapshot: round %d ranks %s twice", s.Round, id)
+			}
+			ranked[id] = true
 			mb := m.members[id]
 			if mb == nil {
 				if m.state == RoundClosed {
@@ -128,9 +140,17 @@ func Restore(s Snapshot, now time.Time) (*Machine, error) {
 		}
 		m.assign(order, s.MasterPort)
 	}
+	if m.state == RoundOpen && m.nPart >= s.Config.MaxNodes {
+		// An open round closes the moment it reaches max_nodes.
+		return nil, fmt.Errorf("rendezvous snapshot: open round %d already has %d nodes (max %d)", s.Round, m.nPart, s.Config.MaxNodes)
+	}
 	if m.state == RoundClosed {
 		if len(s.Order) != m.nPart {
 			return nil, fmt.Errorf("rendezvous snapshot: closed round %d has %d ranks for %d participants", s.Round, len(s.Order), m.nPart)
+		}
+		// A round closes with at least one node and at most max_nodes.
+		if m.nPart == 0 || m.nPart > s.Config.MaxNodes {
+			return nil, fmt.Errorf("rendezvous snapshot: closed round %d has %d nodes (max %d)", s.Round, m.nPart, s.Config.MaxNodes)
 		}
 		for id := range m.rankOf {
 			if m.members[id].standby {

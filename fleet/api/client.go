@@ -78,7 +78,10 @@ func ClientTLSConfig(caPEM []byte, fingerprint string) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	if fingerprint != "" {
-		want := strings.ToLower(strings.ReplaceAll(fingerprint, ":", ""))
+		// Accept the forms people paste: hex, AB:CD:…, and "sha256:" + either
+		// (the form in the agent's user-data).
+		want := strings.ToLower(strings.TrimSpace(fingerprint))
+		want = strings.ReplaceAll(strings.TrimPrefix(want, "sha256:"), ":", "")
 		// The chain is checked by hand: the pinned CA is the trust anchor.
 		cfg.InsecureSkipVerify = true
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {

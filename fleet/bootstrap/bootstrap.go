@@ -101,8 +101,13 @@ func Render(in Input) (string, error) {
 	if a.DaemonURL != "" && a.Token == "" {
 		return "", errors.New("bootstrap: a daemon URL needs a node token")
 	}
-	if in.AgentURL != "" && len(in.AgentSHA256) != 64 {
-		return "", errors.New("bootstrap: the agent download needs its sha256")
+	if in.AgentURL != "" && !isSHA256Hex(in.AgentSHA256) {
+		// It is spliced into a shell line: hex only, or it could run commands.
+		return "", errors.New("bootstrap: the agent download needs its sha256 (64 lowercase hex digits)")
+	}
+	if strings.ContainsFunc(a.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		// It becomes an HTTP header on the curl command line.
+		return "", errors.New("bootstrap: the node token contains spaces or control characters")
 	}
 	if a.Metadata.Kind == "" {
 		a.Metadata.Kind = "none"
@@ -147,6 +152,18 @@ func Render(in Input) (string, error) {
 		return "", err
 	}
 	return "#cloud-config\n" + string(out), nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func unit(env map[string]string) string {
