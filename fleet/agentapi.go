@@ -220,8 +220,11 @@ func (d *Daemon) fleetLogs(w http.ResponseWriter, r *http.Request) {
 // agentBinary serves this very binary, so nodes run the daemon's version;
 // its sha256 is in the user-data and checked before it is run.
 func (d *Daemon) agentBinary(w http.ResponseWriter, r *http.Request) {
-	if api.BearerToken(r) == "" {
-		writeAuthError(w, fmt.Errorf("%w: missing bearer token", errUnauthorized))
+	// Only a node of this deployment (or the admin) may download it: the
+	// URL in user-data names the node, and its token must match.
+	q := r.URL.Query()
+	if err := d.authorizeNode(r, q.Get("fleet"), q.Get("node")); err != nil {
+		writeAuthError(w, err)
 		return
 	}
 	exe, sum, err := d.selfBinary()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -653,7 +654,8 @@ func (d *Daemon) userData(fleetName string, fl *spec.Fleet, n state.Node) (strin
 		if err != nil {
 			return "", err
 		}
-		in.AgentURL, in.AgentSHA256 = d.URL()+"/v1/agent/binary", sum
+		in.AgentURL = d.URL() + "/v1/agent/binary?" + url.Values{"fleet": {fleetName}, "node": {n.ID}}.Encode()
+		in.AgentSHA256 = sum
 	}
 	return bootstrap.Render(in)
 }

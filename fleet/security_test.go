@@ -308,8 +308,11 @@ func securityRoutes() []routeCase {
 		{"POST /v1/agent/{fleet}/{node}/notice", nodeScoped, 400, agent("notice", []byte(`{"kind":"not-a-kind","source":"test"}`))},
 		{"POST /v1/agent/{fleet}/{node}/logs", nodeScoped, 204, agent("logs", []byte(`{"round":1,"rank":0,"lines":["hello"]}`))},
 		{"POST /v1/agent/{fleet}/{node}/done", nodeScoped, 400, agent("done", []byte(`{"success":`))},
-		// The agent binary is public software; the first 4 bytes are enough.
-		{"GET /v1/agent/binary", anyBearer, 206, get("/v1/agent/binary")},
+		// Only the node named in the URL (or the admin) may download the
+		// agent binary; the first 4 bytes are enough.
+		{"GET /v1/agent/binary", nodeScoped, 206, func(node string) (string, string, []byte) {
+			return http.MethodGet, "/v1/agent/binary?fleet=train&node=" + node, nil
+		}},
 		{"POST /v1/rendezvous/{fleet}/join", nodeScoped, 200, rdzv("join", func(node string) any {
 			return rendezvous.JoinRequest{NodeID: node, Addr: "127.0.0.21", Nproc: 1, Session: "s-" + node}
 		})},
