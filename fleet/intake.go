@@ -138,10 +138,10 @@ func (d *Daemon) handleEventBridge(ctx context.Context, ev eventbridge.Event) (b
 	return handled, nil
 }
 
-// nodeByInstance finds the fleet and node of an instance id.
-func (d *Daemon) nodeByInstance(ctx context.Context, instanceID string) (string, string, bool, error) {
-	var fleetName, nodeID string
-	err := d.store.View(ctx, func(tx state.Tx) error {
+// eachNode calls fn for every node of every fleet in one read
+// transaction, until fn returns false.
+func (d *Daemon) eachNode(ctx context.Context, fn func(f state.Fleet, n state.Node) bool) error {
+	return d.store.View(ctx, func(tx state.Tx) error {
 		fleets, err := tx.Fleets()
 		if err != nil {
 			return err
@@ -152,13 +152,24 @@ func (d *Daemon) nodeByInstance(ctx context.Context, instanceID string) (string,
 				return err
 			}
 			for _, n := range nodes {
-				if n.InstanceID == instanceID {
-					fleetName, nodeID = f.Name, n.ID
+				if !fn(f, n) {
 					return nil
 				}
 			}
 		}
 		return nil
+	})
+}
+
+// nodeByInstance finds the fleet and node of an instance id.
+func (d *Daemon) nodeByInstance(ctx context.Context, instanceID string) (string, string, bool, error) {
+	var fleetName, nodeID string
+	err := d.eachNode(ctx, func(f state.Fleet, n state.Node) bool {
+		if n.InstanceID == instanceID {
+			fleetName, nodeID = f.Name, n.ID
+			return false
+		}
+		return true
 	})
 	return fleetName, nodeID, nodeID != "", err
 }

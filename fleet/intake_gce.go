@@ -87,33 +87,19 @@ func (d *Daemon) syncGCEIntake(ctx context.Context, fleets []state.Fleet) {
 // nodes that fleetd expects to be running.
 func (d *Daemon) gceInUse(ctx context.Context, zones bool) []string {
 	set := map[string]bool{}
-	_ = d.store.View(ctx, func(tx state.Tx) error {
-		fleets, err := tx.Fleets()
-		if err != nil {
-			return err
+	_ = d.eachNode(ctx, func(_ state.Fleet, n state.Node) bool {
+		if n.Offering.Provider != gcpprov.Name || n.InstanceID == "" {
+			return true
 		}
-		for _, f := range fleets {
-			nodes, err := tx.Nodes(f.Name)
-			if err != nil {
-				return err
-			}
-			for _, n := range nodes {
-				if n.Offering.Provider != gcpprov.Name || n.InstanceID == "" {
-					continue
-				}
-				switch n.State {
-				case state.NodeBooting, state.NodeJoined, state.NodeRunning, state.NodeDraining:
-				default:
-					continue
-				}
-				if zones {
-					set[n.Offering.Zone] = true
-				} else {
-					set[n.InstanceID] = true
-				}
+		switch n.State {
+		case state.NodeBooting, state.NodeJoined, state.NodeRunning, state.NodeDraining:
+			if zones {
+				set[n.Offering.Zone] = true
+			} else {
+				set[n.InstanceID] = true
 			}
 		}
-		return nil
+		return true
 	})
 	out := make([]string, 0, len(set))
 	for k := range set {
