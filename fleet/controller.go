@@ -37,6 +37,7 @@ type fleetRuntime struct {
 	offeringsAt map[string]time.Time
 	lastPass    time.Time
 	plan        reconcile.Plan
+	silentSince map[string]time.Time // running nodes missing from the rendezvous
 }
 
 func runtimeKey(fleet string) string { return "runtime/" + fleet }
@@ -109,6 +110,40 @@ func (d *Daemon) HandleNotice(ctx context.Context, fleetName string, n interrupt
 	}
 	d.kick()
 	return nil
+}
+
+// heartbeatLoss turns a long agent silence into a "lost" notice. The
+// rendezvous already dropped the node after dead_after (the survivors went
+// on without it); the node is replaced only when its agent stays silent far
+// longer (3 × dead_after): a short partition must not cost a node, a hung
+// or unreachable VM must not hold a slot forever.
+func (d *Daemon) heartbeatLoss(ctx context.Context, fleetName string, fl *spec.Fleet, nodes []state.Node, member map[string]bool, now time.Time) {
+	limit := 3 * fl.Rendezvous.DeadAfter
+	rt := d.runtime(fleetName)
+	d.rtMu.Lock()
+	if rt.silentSince == nil {
+		rt.silentSince = map[string]time.Time{}
+	}
+	var lost []string
+	for _, n := range nodes {
+		if n.State != state.NodeRunning || member[n.ID] {
+			delete(rt.silentSince, n.ID)
+			continue
+		}
+		since, ok := rt.silentSince[n.ID]
+		if !ok {
+			rt.silentSince[n.ID] = now
+			continue
+		}
+		if now.Sub(since) >= limit {
+			lost = append(lost, n.ID)
+		}
+	}
+	d.rtMu.Unlock()
+	for _, id := range lost {
+		_ = d.HandleNotice(ctx, fleetName, interruption.Notice{Node: id, Kind: interruption.Lost, Source: "heartbeat",
+			Detail: fmt.Sprintf("agent silent and out of the rendezvous for over %s", limit)})
+	}
 }
 
 // reconcileAll runs one pass over every fleet.
@@ -254,11 +289,16 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
 	if d.rdzv != nil {
 		if st, err := d.rdzv.Status(f.Name); err == nil {
+			member := map[string]bool{}
 			for _, m := range st.Members {
+				member[m.NodeID] = true
 				in.Joined[m.NodeID] = true
 				if m.GroupRank != nil && st.State == rendezvous.RoundClosed {
 					in.InRound[m.NodeID] = true
 				}
+			}
+			if !f.Completed && !f.Destroying {
+				d.heartbeatLoss(ctx, f.Name, fl, nodes, member, now)
 			}
 		}
 	}

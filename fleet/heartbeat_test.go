@@ -1,0 +1,73 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers/providertest"
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// TestHeartbeatLossBecomesLostNotice: a running node whose agent goes
+// silent is dropped by the rendezvous after dead_after (survivors go on)
+// and, still silent after 3 × dead_after, is declared lost and replaced,
+// although its instance is still there.
+func TestHeartbeatLossBecomesLostNotice(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := startTestDaemon(t, t.TempDir(), mem)
+	spec := strings.Replace(strings.Replace(memSpec, `heartbeat  = "20s"`, `heartbeat  = "500ms"`, 1), `dead_after = "60s"`, `dead_after = "1500ms"`, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: spec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	joined := map[string]bool{}
+	td.joinAll(t, "train", joined)
+	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	nodes := td.nodes(t, "train")
+	silent := nodes[0].ID
+	for _, n := range nodes[1:] {
+		go func(id string) {
+			c := rendezvous.NewClient(td.URL(), td.NodeToken("train", id), nil)
+			tick := time.NewTicker(300 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					_, _ = c.Heartbeat(ctx, "train", rendezvous.HeartbeatRequest{NodeID: id})
+				}
+			}
+		}(n.ID)
+	}
+	waitFor(t, "silent node declared lost from heartbeat", 20*time.Second, func() bool {
+		for _, n := range td.nodes(t, "train") {
+			if n.ID == silent && n.State != state.NodeRunning {
+				return true
+			}
+		}
+		return false
+	})
+	evs, _ := td.client.Events(ctx, 0, 0, 0)
+	found := false
+	for _, e := range evs.Events {
+		if e.Type == "notice" && e.Node == silent && strings.Contains(e.Message, "heartbeat") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no lost notice from the heartbeat source")
+	}
+	// The survivors were never declared lost.
+	for _, n := range td.nodes(t, "train") {
+		if n.ID != silent && joined[n.ID] && n.State != state.NodeRunning {
+			t.Fatalf("heartbeating node %s is %s", n.ID, n.State)
+		}
+	}
+}
