@@ -467,20 +467,42 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 	for _, n := range in.Nodes {
 		prevNodes[n.ID] = n.State
 	}
+	// Every node change of the plan is persisted first, in one durable
+	// transaction (one fsync, however many nodes an interruption storm
+	// touches); only then does anything act on them.
+	if err := d.update(ctx, func(tx state.Tx) error {
+		for _, a := range plan.Actions {
+			switch a := a.(type) {
+			case reconcile.Transition:
+				if err := tx.PutNode(a.Node); err != nil {
+					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
+				}
+				if _, err := tx.AppendEvent(transitionEvent(a.Node, a.From, a.Reason)); err != nil {
+					return err
+				}
+			case reconcile.Adopt:
+				if err := tx.PutNode(a.Node); err != nil {
+					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
+				}
+				if from := prevNodes[a.Node.ID]; from != a.Node.State {
+					if _, err := tx.AppendEvent(transitionEvent(a.Node, from, a.Reason)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	for _, a := range plan.Actions {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		switch a := a.(type) {
 		case reconcile.Transition:
-			if err := d.putNode(ctx, a.Node, a.From, a.Reason); err != nil {
-				return fmt.Errorf("persist %s: %w", a.Node.ID, err)
-			}
 			d.onTransition(ctx, f.Name, a)
 		case reconcile.Adopt:
-			if err := d.putNode(ctx, a.Node, prevNodes[a.Node.ID], a.Reason); err != nil {
-				return err
-			}
 		case reconcile.Launch:
 			launches = append(launches, a)
 		case reconcile.Terminate:
@@ -614,17 +636,28 @@ func (d *Daemon) setAlerts(ctx context.Context, fleetName string, rt *fleetRunti
 // persist the outcome.
 func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool) error {
 	n := l.Node
-	if !l.Relaunch {
-		if err := d.putNode(ctx, n, "", l.Reason); err != nil {
+	prov := reconcile.StartLaunch(n, now)
+	// The new record (requested) and the launch decision (provisioning) in
+	// one durable transaction, before Create is called.
+	if err := d.update(ctx, func(tx state.Tx) error {
+		if !l.Relaunch {
+			if err := tx.PutNode(n); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvent(transitionEvent(n, "", l.Reason)); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutNode(prov); err != nil {
 			return err
 		}
-		if replacing {
-			d.noteLaunchRequested(f.Name, n.ID, now)
-		}
-	}
-	prov := reconcile.StartLaunch(n, now)
-	if err := d.putNode(ctx, prov, n.State, prov.Reason); err != nil {
+		_, err := tx.AppendEvent(transitionEvent(prov, n.State, prov.Reason))
 		return err
+	}); err != nil {
+		return err
+	}
+	if !l.Relaunch && replacing {
+		d.noteLaunchRequested(f.Name, n.ID, now)
 	}
 	p, cfg, err := d.providerFor(ctx, f, l.Offering.Provider)
 	var created []providers.Instance

@@ -123,6 +123,12 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
 	}
+	if d.params.MaxLaunchesPerPass == 0 {
+		// The reconciler's default (8) paces growth; replacements after an
+		// interruption storm must not queue behind it. Launches run 16 at a
+		// time anyway.
+		d.params.MaxLaunchesPerPass = 64
+	}
 	if d.params.OrphanGrace == 0 {
 		d.params.OrphanGrace = cfg.OrphanGraceDuration()
 	}

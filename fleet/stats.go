@@ -207,8 +207,34 @@ func (d *Daemon) rdzvEventWriter(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-d.rdzvEvents:
-			d.appendEvent(context.Background(), e)
-			if e.Type == "rendezvous."+string(rendezvous.EventRoundClosed) {
+			// Drain what is queued and write it as one transaction: a burst
+			// of thousands of joins must not wait for one fsync each.
+			batch := []state.Event{e}
+		drain:
+			for len(batch) < 1024 {
+				select {
+				case e := <-d.rdzvEvents:
+					batch = append(batch, e)
+				default:
+					break drain
+				}
+			}
+			closed := false
+			err := d.update(context.Background(), func(tx state.Tx) error {
+				for _, e := range batch {
+					if _, err := tx.AppendEvent(e); err != nil {
+						return err
+					}
+					if e.Type == "rendezvous."+string(rendezvous.EventRoundClosed) {
+						closed = true
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				d.log.Error("append rendezvous events", "n", len(batch), "err", err)
+			}
+			if closed {
 				d.kick()
 			}
 		}
