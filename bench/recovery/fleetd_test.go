@@ -1,0 +1,73 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/providers/local"
+)
+
+// The fleet the benchmark applies must stay a valid spec with the settings
+// the comparison relies on.
+func TestFleetdSpec(t *testing.T) {
+	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10, lead: 30 * time.Second}
+	f := newFleetd(cfg, t.TempDir())
+	file, diags := spec.Parse("bench.hcl", []byte(f.spec()), spec.Options{Schema: func(name string) (providers.ConfigSchema, bool) {
+		return local.Schema, name == local.Name
+	}})
+	if diags.HasErrors() {
+		t.Fatalf("spec does not parse: %s\n%s", diags.Error(), f.spec())
+	}
+	fl := file.Fleets[0]
+	if fl.MinNodes != 2 || fl.MaxNodes != 3 || fl.TargetNodes() != 3 {
+		t.Errorf("nodes min %d max %d target %d, want 2, 3, 3", fl.MinNodes, fl.MaxNodes, fl.TargetNodes())
+	}
+	want := append([]string{cfg.python, cfg.script}, cfg.trainArgs(f.dir+"/ckpt")...)
+	if len(fl.Training.Command) != len(want) {
+		t.Fatalf("command %q, want %q", fl.Training.Command, want)
+	}
+	for i := range want {
+		if fl.Training.Command[i] != want[i] {
+			t.Fatalf("command %q, want %q (the same as under torchrun)", fl.Training.Command, want)
+		}
+	}
+	// Recovery must be measured with fleetd's defaults.
+	if fl.Rendezvous.LastCall != spec.DefaultLastCall || fl.Rendezvous.Heartbeat != spec.DefaultHeartbeat || fl.Rendezvous.DeadAfter != spec.DefaultDeadAfter {
+		t.Errorf("rendezvous %+v, want the spec defaults", fl.Rendezvous)
+	}
+}
+
+func TestTorchrunArgv(t *testing.T) {
+	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
+	tr, err := newTorchrun(cfg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		node   string
+		isHost string
+	}{{"A", "1"}, {"B", "0"}, {"D", "0"}} {
+		argv := tr.argv(tt.node)
+		has := map[string]bool{}
+		for _, a := range argv {
+			has[a] = true
+		}
+		for _, want := range []string{"torch.distributed.run", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_conf=is_host=" + tt.isHost, "--max_restarts=10", cfg.script} {
+			if !has[want] {
+				t.Errorf("node %s: argv %q lacks %q", tt.node, argv, want)
+			}
+		}
+		if argv[2] != "-r" || argv[3] != "1" || argv[4] != "-t" || argv[5] != "1" {
+			t.Errorf("node %s: argv %q does not start with -m torch.distributed.run -r 1 -t 1", tt.node, argv)
+		}
+		train := cfg.trainArgs(tr.dir + "/ckpt")
+		tail := argv[len(argv)-len(train):]
+		for i := range train {
+			if tail[i] != train[i] {
+				t.Fatalf("node %s: worker args %q, want %q", tt.node, tail, train)
+			}
+		}
+	}
+}

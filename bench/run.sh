@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bench/run.sh — every fleetd benchmark, then one summary of their figures.
+#
+#   make bench              # builds bin/fleetd first, then runs this
+#   BENCH_OUT=dir bench/run.sh   # keep logs and JSON figures in dir
+#   BENCH_ONLY=scale|recovery bench/run.sh
+#   BENCH_STRICT=1 bench/run.sh  # exit 1 when a figure misses its target
+#
+# The benchmarks print figures; they are not tests. Each program prints
+# `FIGURE <name> = <value> <unit> (target ...) PASS|FAIL` lines and a
+# summary; this script repeats every summary line at the end, with the
+# machine it ran on, so a regression is visible at a glance.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+FLEETD_BIN=${FLEETD_BIN:-bin/fleetd}
+PYTHON=${PYTHON:-/usr/bin/python3}
+ONLY=${BENCH_ONLY:-all}
+OUT=${BENCH_OUT:-}
+tmp=$(mktemp -d -t fleetd-bench-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+if [[ -z "$OUT" ]]; then OUT="$tmp/out"; fi
+mkdir -p "$OUT"
+
+start=$(date +%s)
+echo "== machine"
+{
+  echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpus:    $(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  echo "memory:  $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "kernel:  $(uname -sr)"
+  echo "go:      $(go env GOVERSION)"
+  echo "python:  $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>/dev/null || echo "$PYTHON without torch")"
+  echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
+} | tee "$OUT/machine.txt"
+
+echo "== build"
+go build -o "$tmp/scale" ./bench/scale || exit 1
+go build -o "$tmp/recovery" ./bench/recovery || exit 1
+if [[ ! -x "$FLEETD_BIN" ]]; then
+  echo "$FLEETD_BIN not found: run make build (make bench does)" >&2
+  exit 1
+fi
+
+if [[ "$ONLY" == all || "$ONLY" == scale ]]; then
+  echo "== scale: $tmp/scale -json $OUT/scale.json all"
+  "$tmp/scale" -json "$OUT/scale.json" all 2>&1 | tee "$OUT/scale.log"
+fi
+if [[ "$ONLY" == all || "$ONLY" == recovery ]]; then
+  echo "== recovery: $tmp/recovery -fleetd $FLEETD_BIN -python $PYTHON -json $OUT/recovery.json"
+  "$tmp/recovery" -fleetd "$FLEETD_BIN" -python "$PYTHON" -json "$OUT/recovery.json" 2>&1 | tee "$OUT/recovery.log"
+fi
+
+echo
+echo "================ fleetd benchmarks: summary ================"
+cat "$OUT/machine.txt"
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at end"
+echo "elapsed: $(( $(date +%s) - start )) s"
+# Each program repeats its figures after a "==== <name>: summary ====" line.
+summary=$(awk 'FNR == 1 {on = 0} /^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' \
+  "$OUT"/scale.log "$OUT"/recovery.log 2>/dev/null)
+echo "$summary"
+fails=$(grep -c ' FAIL' <<<"$summary" || true)
+passes=$(grep -c ' PASS$' <<<"$summary" || true)
+echo "targets: $passes passed, $fails missed"
+if [[ -n "${BENCH_OUT:-}" ]]; then echo "logs and figures: $OUT"; fi
+if [[ "${BENCH_STRICT:-0}" == 1 && "$fails" -gt 0 ]]; then exit 1; fi
+exit 0
