@@ -356,7 +356,10 @@ func (m *Machine) settle(now time.Time, eff *Effects) {
 		if m.standbyAt.IsZero() { // batch the joiners of the next LastCall
 			m.standbyAt = now.Add(m.cfg.LastCall)
 		}
-		if !now.Before(m.standbyAt) {
+		// Standbys that fill the job to MaxNodes are merged at once, as an
+		// open round closes at MaxNodes: nobody else can join, so waiting
+		// would only delay the restart everyone must make anyway.
+		if !now.Before(m.standbyAt) || m.nPart+m.nStandby >= m.cfg.MaxNodes {
 			m.reform(now, fmt.Sprintf("%d standby node(s) joining", m.nStandby), eff)
 		}
 	}

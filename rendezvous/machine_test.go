@@ -241,8 +241,8 @@ func TestMachineScenarios(t *testing.T) {
 			{at: 0, op: join("a")}, {at: 0, op: join("b")}, {at: 0, op: join("c")},
 			{at: 0, op: join("d"), ranks: []string{"a", "b", "c", "d"}},
 			{at: s, op: leave("b"), round: 2, state: RoundClosed, ranks: []string{"a", "c", "d"}, changed: yes, view: NodeUnknown},
-			{at: 2 * s, op: join("e"), view: NodeStandby},
-			{at: 7 * s, round: 3, ranks: []string{"a", "c", "d", "e"}},
+			// e fills the job to max_nodes: merged at once, no last call.
+			{at: 2 * s, op: join("e"), round: 3, ranks: []string{"a", "c", "d", "e"}, view: NodeAssigned},
 			{at: 8 * s, op: leave("a"), round: 4, ranks: []string{"c", "d", "e"}},
 		}},
 		{"dead member dropped after dead_after, survivors re-form at once", fast, []step{
@@ -274,14 +274,21 @@ func TestMachineScenarios(t *testing.T) {
 			{at: 31 * time.Minute, op: join("d"), state: RoundOpen, view: NodeWaiting},
 			{at: 31*time.Minute + 5*s, round: 3, state: RoundClosed, ranks: []string{"a", "d"}},
 		}},
-		{"standbys batched for last_call, capped at max", testConfig(2, 4), []step{
+		{"standbys batched for last_call", testConfig(2, 6), []step{
 			{at: 0, op: join("a")}, {at: 0, op: join("b")},
 			{at: 5 * s, round: 1, state: RoundClosed, ranks: []string{"a", "b"}},
 			{at: 10 * s, op: join("c"), view: NodeStandby, changed: no},
 			{at: 12 * s, op: join("d")},
 			{at: 13 * s, op: join("e"), standby: []string{"c", "d", "e"}},
 			{at: 15*s - time.Millisecond, round: 1},
-			{at: 15 * s, round: 2, state: RoundClosed, ranks: []string{"a", "b", "c", "d"}, standby: []string{"e"}},
+			{at: 15 * s, round: 2, state: RoundClosed, ranks: []string{"a", "b", "c", "d", "e"}, standby: []string{}},
+		}},
+		{"standbys filling max merge at once; extra ones wait for a slot", testConfig(2, 4), []step{
+			{at: 0, op: join("a")}, {at: 0, op: join("b")},
+			{at: 5 * s, round: 1, state: RoundClosed, ranks: []string{"a", "b"}},
+			{at: 10 * s, op: join("c"), view: NodeStandby, changed: no},
+			{at: 12 * s, op: join("d"), round: 2, state: RoundClosed, ranks: []string{"a", "b", "c", "d"}},
+			{at: 13 * s, op: join("e"), view: NodeStandby, standby: []string{"e"}},
 			{at: 60 * s, round: 2, standby: []string{"e"}}, // full: e waits for a slot
 			{at: 61 * s, op: leave("a"), round: 3, state: RoundClosed, ranks: []string{"b", "c", "d", "e"}, standby: []string{}},
 		}},

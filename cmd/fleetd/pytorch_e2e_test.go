@@ -28,7 +28,7 @@ func pytorchSpec(repo, ckpt string, steps int) string {
 	return fmt.Sprintf(`
 fleet "ddp" {
   min_nodes     = 2
-  max_nodes     = 3
+  max_nodes     = 4 # the replacement (3 < 4) waits last_call: the world-size-2 phase stays observable
   desired_nodes = 3
   node {
     gpus = 1
