@@ -3,8 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 	"github.com/fleetd/fleetd/providers/aws/fakesqs"
@@ -41,30 +38,9 @@ func TestDaemonAWSCapacityFailoverAndSQSNotice(t *testing.T) {
 	sqssrv := httptest.NewServer(sqs)
 	defer sqssrv.Close()
 
-	cfg := DefaultConfig()
-	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
-	d, err := New(ctx, Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Schema: func(n string) (providers.ConfigSchema, bool) {
-			return awsprov.Schema, n == awsprov.Name
-		},
-		Providers: staticProviders{awsprov.Name: prov}, Tick: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done; d.Close() }()
-	td := &testDaemon{Daemon: d}
-	td.client, _ = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: prov}, nil, Options{})
+	ctx := context.Background()
 
 	spec := fmt.Sprintf(`
 fleet "v100" {

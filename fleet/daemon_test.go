@@ -14,6 +14,8 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
+	gcpprov "github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -61,25 +63,49 @@ type testDaemon struct {
 
 func startTestDaemon(t *testing.T, dataDir string, mem *providertest.MemProvider) *testDaemon {
 	t.Helper()
+	return launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: mem}, mem, Options{})
+}
+
+// launchTestDaemon runs a daemon in-process on 127.0.0.1 with the given
+// providers (their schemas come from the built-in packages or the mem
+// provider) and options (Tick defaults to 100ms); it stops at cleanup.
+func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *providertest.MemProvider, opts Options) *testDaemon {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Schema: func(name string) (providers.ConfigSchema, bool) {
-			if name == providertest.MemName {
-				return providertest.MemSchema, true
-			}
+	opts.Config, opts.Version, opts.Providers = cfg, "test", provs
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Tick == 0 {
+		opts.Tick = 100 * time.Millisecond
+	}
+	opts.Schema = func(name string) (providers.ConfigSchema, bool) {
+		if _, ok := provs[name]; !ok {
 			return providers.ConfigSchema{}, false
-		},
-		Providers: staticProviders{providertest.MemName: mem}, Tick: 100 * time.Millisecond})
+		}
+		switch name {
+		case providertest.MemName:
+			return providertest.MemSchema, true
+		case awsprov.Name:
+			return awsprov.Schema, true
+		case gcpprov.Name:
+			return gcpprov.Schema, true
+		}
+		return providers.ConfigSchema{}, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := New(ctx, opts)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	if err := d.Listen(); err != nil {
+		cancel()
+		d.Close()
 		t.Fatal(err)
 	}
 	td := &testDaemon{Daemon: d, mem: mem, cancel: cancel, done: make(chan error, 1)}

@@ -3,15 +3,12 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/providers"
 	gcpprov "github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
 )
@@ -25,30 +22,9 @@ func TestDaemonGCPStockoutAndPreemption(t *testing.T) {
 	defer fake.Close()
 	fake.SetStockout("us-central1-a", true)
 
-	cfg := DefaultConfig()
-	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d, err := New(ctx, Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Schema: func(n string) (providers.ConfigSchema, bool) {
-			return gcpprov.Schema, n == gcpprov.Name
-		},
-		Providers: staticProviders{gcpprov.Name: gcpprov.New(gcpprov.Options{PollInterval: 10 * time.Millisecond})},
-		Tick:      100 * time.Millisecond, PollInterval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done; d.Close() }()
-	td := &testDaemon{Daemon: d}
-	td.client, _ = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{gcpprov.Name: gcpprov.New(gcpprov.Options{PollInterval: 10 * time.Millisecond})}, nil,
+		Options{PollInterval: 200 * time.Millisecond})
+	ctx := context.Background()
 	defer func() {
 		if t.Failed() {
 			evs, _ := td.client.Events(context.Background(), 0, 0, 0)

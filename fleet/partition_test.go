@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -129,37 +127,7 @@ func (p *outageProvider) duplicates() map[string]int {
 // and reconcile parameters.
 func startDaemonWith(t *testing.T, dataDir string, prov providers.Provider, mem *providertest.MemProvider, params reconcile.Params) *testDaemon {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Schema: func(name string) (providers.ConfigSchema, bool) {
-			if name == providertest.MemName {
-				return providertest.MemSchema, true
-			}
-			return providers.ConfigSchema{}, false
-		},
-		Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond, Params: params})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if err := d.Listen(); err != nil {
-		cancel()
-		d.Close()
-		t.Fatal(err)
-	}
-	td := &testDaemon{Daemon: d, mem: mem, cancel: cancel, done: make(chan error, 1)}
-	go func() { td.done <- d.Run(ctx) }()
-	td.client, err = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(td.stop)
-	return td
+	return launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: prov}, mem, Options{Params: params})
 }
 
 const outageSpec = `
