@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -68,58 +67,7 @@ type devDaemon struct {
 // exported address and token from its output.
 func startDaemon(t *testing.T, bin, dataDir, addr string) *devDaemon {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "-dev", "-listen", addr, "-data-dir", dataDir)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &devDaemon{cmd: cmd, done: make(chan error, 1)}
-	found := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-				d.addr = v
-			}
-			if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-				d.token = v
-				close(found)
-			}
-		}
-	}()
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-d.done
-		}
-	})
-	select {
-	case <-found:
-	case err := <-d.done:
-		t.Fatalf("daemon exited early: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("daemon did not print its token\n%s", logs.String())
-	}
-	// Wait for /healthz: the address is printed before Serve starts.
-	for i := 0; i < 100; i++ {
-		resp, err := http.Get(d.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("daemon not healthy\n%s", logs.String())
-	return nil
+	return startDevDaemonIn(t, bin, "", dataDir, addr)
 }
 
 func (d *devDaemon) stop(t *testing.T) {

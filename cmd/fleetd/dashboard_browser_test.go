@@ -24,8 +24,10 @@ import (
 // chromiumPath is Debian's chromium package (apt-get install chromium).
 const chromiumPath = "/usr/bin/chromium"
 
-// startDevDaemonIn is startDaemon with a working directory: local nodes run
-// the example trainer by a path relative to the daemon's directory.
+// startDevDaemonIn runs `fleetd serve -dev` in dir ("" for the test's
+// own) on a fixed data dir, reads the exported address and token from its
+// output, waits for /healthz, and prints the daemon's log tail if the test
+// fails.
 func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string) *devDaemon {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "-dev", "-listen", addr, "-data-dir", dataDir)
