@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/providers"
+	"golang.org/x/sys/unix"
 )
 
 func gzB64(s string) string {
@@ -149,11 +150,33 @@ func TestReadStatAndAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.state == 'Z' || st.start == 0 || st.session == 0 {
-		t.Fatalf("own stat %+v", st)
+	// The session id may be 0 when the test runs in a container whose
+	// session leader lives outside our pid namespace, so compare it with
+	// the kernel's own answer rather than expect a positive number.
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.state == 'Z' || st.start == 0 || st.session != sid {
+		t.Fatalf("own stat %+v, getsid %d", st, sid)
 	}
 	if !alive(os.Getpid(), st.start) || alive(os.Getpid(), st.start+1) || alive(0, 0) {
 		t.Fatal("alive() does not tell a process from a reused pid")
+	}
+
+	// A session leader we start ourselves must read as leading its session.
+	child := exec.Command("sleep", "30")
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	cst, err := readStat(child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cst.session != child.Process.Pid {
+		t.Fatalf("child stat %+v, want session %d", cst, child.Process.Pid)
 	}
 }
 
