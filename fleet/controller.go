@@ -1,11 +1,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -20,16 +22,28 @@ import (
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// fleetRuntime is the controller's per-fleet memory between passes. The
-// parts that must survive a restart (fallback and scale times) are
-// persisted in meta under runtimeKey.
-type fleetRuntime struct {
+// savedRuntime is the part of a fleet's runtime that survives a restart,
+// persisted in meta under runtimeKey (see saveRuntime for when).
+type savedRuntime struct {
 	Fallback      placement.FallbackState `json:"fallback"`
 	LastScaleUp   time.Time               `json:"last_scale_up,omitzero"`
 	LastScaleDown time.Time               `json:"last_scale_down,omitzero"`
 	// Progress is the training work done (in time at max_nodes), measured
 	// from the rendezvous: the deadline policy needs it.
 	Progress placement.Progress `json:"progress"`
+}
+
+// fleetRuntime is the controller's per-fleet memory between passes.
+type fleetRuntime struct {
+	savedRuntime
+
+	// What was last persisted, when, and its decisions part (everything
+	// but the accumulating Progress.Done); see saveRuntime.
+	saved, savedDecisions []byte
+	savedAt               time.Time
+	// runSeconds are instance-seconds per offering key observed since
+	// the offering records were last written.
+	runSeconds map[string]float64
 
 	alerts      []reconcile.Alert
 	notices     map[string]interruption.Notice // by Notice.Key()
@@ -42,6 +56,13 @@ type fleetRuntime struct {
 
 func runtimeKey(fleet string) string { return "runtime/" + fleet }
 
+// runtimeFlushEvery bounds how often a pass writes what only accumulates:
+// the progress measure and the run-seconds accounting of the offering
+// records. A crash loses at most this much of either (the run-seconds only
+// weigh interruption rates over hours); decisions (fallback state, scale
+// times) and everything else are written in the pass that makes them.
+const runtimeFlushEvery = 30 * time.Second
+
 // offeringsTTL bounds how stale the market view may be; capacity errors
 // reach placement through the unavailable cache at once anyway.
 const offeringsTTL = 30 * time.Second
@@ -51,11 +72,12 @@ func (d *Daemon) runtime(name string) *fleetRuntime {
 	defer d.rtMu.Unlock()
 	rt, ok := d.runtimes[name]
 	if !ok {
-		rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{}}
+		rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{},
+			runSeconds: map[string]float64{}}
 		_ = d.store.View(context.Background(), func(tx state.Tx) error {
 			b, err := tx.Meta(runtimeKey(name))
-			if err == nil && len(b) > 0 {
-				_ = json.Unmarshal(b, rt)
+			if err == nil && len(b) > 0 && json.Unmarshal(b, &rt.savedRuntime) == nil {
+				rt.saved, rt.savedDecisions = b, rt.decisions()
 			}
 			return nil
 		})
@@ -264,7 +286,11 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			d.log.Warn("provider list failed", "fleet", f.Name, "provider", name, "err", err)
 		} else {
 			in.ObservedOK[name] = true
-			in.Instances = append(in.Instances, insts...)
+			if in.Instances == nil {
+				in.Instances = insts // the common single provider: no copy
+			} else {
+				in.Instances = append(in.Instances, insts...)
+			}
 		}
 		if f.Destroying || f.Completed {
 			continue
@@ -289,7 +315,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
 	if d.rdzv != nil {
 		if st, err := d.rdzv.Status(f.Name); err == nil {
-			member := map[string]bool{}
+			member := make(map[string]bool, len(st.Members))
+			in.Joined = make(map[string]bool, len(st.Members))
 			for _, m := range st.Members {
 				member[m.NodeID] = true
 				in.Joined[m.NodeID] = true
@@ -302,22 +329,28 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			}
 		}
 	}
-	for _, n := range nodes {
-		if n.State == state.NodeJoined || n.State == state.NodeRunning {
-			in.Joined[n.ID] = true
-		}
-	}
-	// Instances the provider itself reports as interrupted or gone become notices.
-	byInstance := map[string]state.Node{}
-	for _, n := range nodes {
-		if n.InstanceID != "" {
-			byInstance[n.InstanceID] = n
-		}
-	}
+	// Nodes recorded joined or running need not be in in.Joined: the
+	// reconciler only asks it about booting nodes.
+
+	// Instances the provider itself reports as interrupted or gone become
+	// notices. The index of nodes by instance is built only when some
+	// instance reports one: most passes have none.
+	var byInstance map[string]state.Node
 	for _, inst := range in.Instances {
-		n, ok := byInstance[inst.ID]
-		if !ok || inst.Interruption == nil || f.Completed || f.Destroying {
+		if inst.Interruption == nil || f.Completed || f.Destroying {
 			// A finished job's agents exit on their own: not an interruption.
+			continue
+		}
+		if byInstance == nil {
+			byInstance = make(map[string]state.Node, len(nodes))
+			for _, n := range nodes {
+				if n.InstanceID != "" {
+					byInstance[n.InstanceID] = n
+				}
+			}
+		}
+		n, ok := byInstance[inst.ID]
+		if !ok {
 			continue
 		}
 		kind, err := interruption.ParseKind(inst.Interruption.Kind)
@@ -330,19 +363,19 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		_ = d.HandleNotice(ctx, f.Name, interruption.Notice{Node: n.ID, Instance: inst.ID, Kind: kind, Deadline: inst.Interruption.Deadline, Source: "provider/" + inst.Offering.Provider})
 	}
 	d.rtMu.Lock()
-	for key, n := range rt.notices {
+	if len(rt.notices) > 0 {
 		// A notice lives while its node does.
-		alive := false
+		alive := make(map[string]bool, len(nodes))
 		for _, nd := range nodes {
-			if nd.ID == n.Node && nd.State != state.NodeTerminated && nd.State != state.NodeFailed {
-				alive = true
+			alive[nd.ID] = nd.State != state.NodeTerminated && nd.State != state.NodeFailed
+		}
+		for key, n := range rt.notices {
+			if !alive[n.Node] {
+				delete(rt.notices, key)
+				continue
 			}
+			in.Notices = append(in.Notices, n)
 		}
-		if !alive {
-			delete(rt.notices, key)
-			continue
-		}
-		in.Notices = append(in.Notices, n)
 	}
 	d.rtMu.Unlock()
 	sort.Slice(in.Notices, func(i, j int) bool { return in.Notices[i].Key() < in.Notices[j].Key() })
@@ -357,42 +390,108 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		}
 	}
 	in.Progress = rt.Progress
+	// Account instance-hours per offering for the interruption rates;
+	// saveRuntime writes them to the offering records.
+	if !rt.lastPass.IsZero() {
+		dt := now.Sub(rt.lastPass).Seconds()
+		var key string
+		var prev providers.Offering
+		for _, n := range nodes {
+			if n.State == state.NodeRunning || n.State == state.NodeJoined {
+				if key == "" || n.Offering != prev { // nodes share a few offerings: one key per run of them
+					key, prev = n.Offering.Key(), n.Offering
+				}
+				rt.runSeconds[key] += dt
+			}
+		}
+	}
+	// Progress and run-seconds are counted up to now whatever happens to
+	// this pass's plan, so the next pass must not count them again.
+	rt.lastPass = now
 	plan := reconcile.Reconcile(in)
 	rt.plan = plan
 	if err := d.execute(ctx, f, fl, rt, in, plan); err != nil {
 		return err
 	}
-
-	// Account instance-hours per offering for the interruption rates.
-	if !rt.lastPass.IsZero() {
-		dt := now.Sub(rt.lastPass).Seconds()
-		run := map[string]float64{}
-		for _, n := range nodes {
-			if n.State == state.NodeRunning || n.State == state.NodeJoined {
-				run[n.Offering.Key()] += dt
-			}
-		}
-		if len(run) > 0 {
-			_ = d.store.Update(ctx, func(tx state.Tx) error {
-				for k, s := range run {
-					r, err := tx.Offering(k)
-					if err != nil {
-						return err
-					}
-					r.RunSeconds += s
-					if err := tx.PutOffering(r); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-	}
-	rt.lastPass = now
 	if f.Destroying {
 		return d.finishDestroy(ctx, f.Name, in)
 	}
 	return nil
+}
+
+// decisions is the saved runtime without what accumulates every pass.
+func (rt *fleetRuntime) decisions() []byte {
+	c := rt.savedRuntime
+	c.Progress.Done = 0
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// saveRuntime persists a fleet's runtime and its run-seconds accounting in
+// one transaction: at once when a decision changed (or force), otherwise
+// at most every runtimeFlushEvery, and never when nothing changed. A pass
+// that changes nothing writes nothing.
+func (d *Daemon) saveRuntime(ctx context.Context, name string, rt *fleetRuntime, now time.Time, force bool) {
+	b, err := json.Marshal(rt.savedRuntime)
+	if err != nil {
+		d.log.Error("encode fleet runtime", "fleet", name, "err", err)
+		return
+	}
+	dec := rt.decisions()
+	changed := !bytes.Equal(b, rt.saved)
+	decided := !bytes.Equal(dec, rt.savedDecisions)
+	due := force || now.Sub(rt.savedAt) >= runtimeFlushEvery
+	if !decided && (!due || (!changed && len(rt.runSeconds) == 0)) {
+		return
+	}
+	err = d.store.Update(ctx, func(tx state.Tx) error {
+		if changed {
+			if err := tx.SetMeta(runtimeKey(name), b); err != nil {
+				return err
+			}
+		}
+		for k, s := range rt.runSeconds {
+			r, err := tx.Offering(k)
+			if err != nil {
+				return err
+			}
+			r.RunSeconds += s
+			if err := tx.PutOffering(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("save fleet runtime; retried next pass", "fleet", name, "err", err)
+		}
+		return
+	}
+	rt.saved, rt.savedDecisions, rt.savedAt = b, dec, now
+	clear(rt.runSeconds)
+}
+
+// flushRuntimes writes every fleet's pending runtime and accounting, for a
+// clean shutdown to lose none of it.
+func (d *Daemon) flushRuntimes(ctx context.Context) {
+	d.rtMu.Lock()
+	names := make([]string, 0, len(d.runtimes))
+	for name := range d.runtimes {
+		names = append(names, name)
+	}
+	d.rtMu.Unlock()
+	for _, name := range names {
+		lock := d.fleetLock(name)
+		lock.Lock()
+		d.rtMu.Lock()
+		rt, ok := d.runtimes[name]
+		d.rtMu.Unlock()
+		if ok {
+			d.saveRuntime(ctx, name, rt, d.now(), true)
+		}
+		lock.Unlock()
+	}
 }
 
 // finishDestroy forgets a destroyed fleet once nothing of it is left.
@@ -435,6 +534,14 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 	return nil
 }
 
+// updateIf is update when cond holds, and nothing otherwise.
+func (d *Daemon) updateIf(ctx context.Context, cond bool, fn func(state.Tx) error) error {
+	if !cond {
+		return nil
+	}
+	return d.update(ctx, fn)
+}
+
 // transitionEvent is the event of a node state change.
 func transitionEvent(n state.Node, from state.NodeState, reason string) state.Event {
 	return state.Event{Fleet: n.Fleet, Node: n.ID, Type: "node.transition",
@@ -463,14 +570,19 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 	now := in.Now
 	var launches []reconcile.Launch
 	var alerts []reconcile.Alert
-	prevNodes := map[string]state.NodeState{}
-	for _, n := range in.Nodes {
-		prevNodes[n.ID] = n.State
-	}
 	// Every node change of the plan is persisted first, in one durable
 	// transaction (one fsync, however many nodes an interruption storm
-	// touches); only then does anything act on them.
-	if err := d.update(ctx, func(tx state.Tx) error {
+	// touches); only then does anything act on them. A plan without any
+	// (most passes) costs no transaction: bbolt would fsync even an empty one.
+	changes := slices.ContainsFunc(plan.Actions, func(a reconcile.Action) bool {
+		switch a.(type) {
+		case reconcile.Transition, reconcile.Adopt:
+			return true
+		}
+		return false
+	})
+	var prevNodes map[string]state.NodeState // built for the first Adopt
+	if err := d.updateIf(ctx, changes, func(tx state.Tx) error {
 		for _, a := range plan.Actions {
 			switch a := a.(type) {
 			case reconcile.Transition:
@@ -483,6 +595,12 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 			case reconcile.Adopt:
 				if err := tx.PutNode(a.Node); err != nil {
 					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
+				}
+				if prevNodes == nil {
+					prevNodes = make(map[string]state.NodeState, len(in.Nodes))
+					for _, n := range in.Nodes {
+						prevNodes[n.ID] = n.State
+					}
 				}
 				if from := prevNodes[a.Node.ID]; from != a.Node.State {
 					if _, err := tx.AppendEvent(transitionEvent(a.Node, from, a.Reason)); err != nil {
@@ -558,9 +676,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 		rt.LastScaleDown = now
 	}
 	rt.Fallback = plan.Fallback
-	if b, err := json.Marshal(rt); err == nil {
-		_ = d.store.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(runtimeKey(f.Name), b) })
-	}
+	d.saveRuntime(ctx, f.Name, rt, now, f.Destroying)
 
 	// A launch while some node has ended or is draining replaces it: only
 	// those count as replacement-requested → joined recoveries.

@@ -304,6 +304,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.httpSrv.Shutdown(sctx); err != nil {
 		d.httpSrv.Close()
 	}
+	// Its own deadline: Shutdown may have used all of sctx's.
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer fcancel()
+	d.flushRuntimes(fctx)
 	return nil
 }
 

@@ -7,7 +7,9 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/placement"
@@ -202,13 +204,14 @@ type planner struct {
 	in     Input
 	p      Params
 	name   string
-	nodes  []state.Node
+	nodes  []state.Node // the input's records until own() copies them
+	owned  bool
 	byID   map[string]int
-	inst   map[string]providers.Instance // node id → its instance
-	dups   []providers.Instance          // extra instances of known nodes
-	unk    []providers.Instance          // instances no record accounts for
-	done   map[string]bool               // nodes already moved this pass
-	marked map[string]bool               // offering keys marked this pass
+	inst   map[string]int       // node id → index of its instance in in.Instances
+	dups   []providers.Instance // extra instances of known nodes
+	unk    []providers.Instance // instances no record accounts for
+	done   map[string]bool      // nodes already moved this pass
+	marked map[string]bool      // offering keys marked this pass
 	alerts map[string]Alert
 	plan   Plan
 	// launches counts launches and relaunches; replaced counts nodes that
@@ -224,8 +227,8 @@ func Reconcile(in Input) Plan {
 		in:     in,
 		p:      in.Params.withDefaults(in.Fleet),
 		name:   in.Name,
-		byID:   map[string]int{},
-		inst:   map[string]providers.Instance{},
+		byID:   make(map[string]int, len(in.Nodes)),
+		inst:   make(map[string]int, len(in.Nodes)),
 		done:   map[string]bool{},
 		marked: map[string]bool{},
 		alerts: map[string]Alert{},
@@ -234,8 +237,18 @@ func Reconcile(in Input) Plan {
 	if in.Fleet != nil {
 		pl.name = in.Fleet.Name
 	}
-	pl.nodes = append([]state.Node(nil), in.Nodes...)
-	sort.Slice(pl.nodes, func(i, j int) bool { return pl.nodes[i].ID < pl.nodes[j].ID })
+	// pl.nodes is the input until a record changes (own): a pass that
+	// changes nothing copies no records. The capacity cap makes an append
+	// reallocate instead of writing into the caller's array.
+	pl.nodes = in.Nodes[:len(in.Nodes):len(in.Nodes)]
+	// Records come from the store in id order: check before sorting.
+	for i := 1; i < len(pl.nodes); i++ {
+		if pl.nodes[i-1].ID > pl.nodes[i].ID {
+			pl.own()
+			sort.Slice(pl.nodes, func(i, j int) bool { return pl.nodes[i].ID < pl.nodes[j].ID })
+			break
+		}
+	}
 	for i, n := range pl.nodes {
 		pl.byID[n.ID] = i
 	}
@@ -254,54 +267,80 @@ func Reconcile(in Input) Plan {
 
 // observe matches observed instances to node records.
 func (pl *planner) observe() {
-	insts := append([]providers.Instance(nil), pl.in.Instances...)
-	sort.Slice(insts, func(i, j int) bool { return insts[i].ID < insts[j].ID })
-	byInstance := map[string]int{}
+	// Instances are visited in id order through a sorted index: sorting
+	// 10,000 instance structs themselves costs more than the rest of
+	// observe, and the input must not be reordered.
+	insts := pl.in.Instances
+	order := make([]int, len(insts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(insts[a].ID, insts[b].ID) })
+	byInstance := make(map[string]int, len(pl.nodes))
 	for i, n := range pl.nodes {
 		if n.InstanceID != "" {
 			byInstance[n.InstanceID] = i
 		}
 	}
-	cands := map[string][]providers.Instance{}
-	for _, in := range insts {
+	// Candidates per node (index into pl.nodes): the first in id order,
+	// and the rare further ones, so that 10,000 nodes with one instance
+	// each cost no allocation per node.
+	first := make([]int, len(pl.nodes))
+	for i := range first {
+		first[i] = -1
+	}
+	more := map[int][]int{}
+	for _, k := range order {
+		in := &insts[k]
 		if in.Tags[providers.TagFleet] != pl.name {
 			continue
 		}
-		if i, ok := byInstance[in.ID]; ok {
-			cands[pl.nodes[i].ID] = append(cands[pl.nodes[i].ID], in)
-			continue
+		i, ok := byInstance[in.ID]
+		if !ok {
+			i, ok = pl.byID[in.Tags[providers.TagNodeID]]
 		}
-		if _, ok := pl.byID[in.Tags[providers.TagNodeID]]; ok {
-			cands[in.Tags[providers.TagNodeID]] = append(cands[in.Tags[providers.TagNodeID]], in)
-			continue
-		}
-		if !gone(in) {
-			pl.unk = append(pl.unk, in)
+		switch {
+		case ok && first[i] < 0:
+			first[i] = k
+		case ok:
+			more[i] = append(more[i], k)
+		case !gone(*in):
+			pl.unk = append(pl.unk, *in)
 		}
 	}
-	for _, n := range pl.nodes {
-		cs := cands[n.ID]
-		if len(cs) == 0 {
+	for i, n := range pl.nodes {
+		if first[i] < 0 {
 			continue
 		}
+		if len(more[i]) == 0 {
+			pl.inst[n.ID] = first[i]
+			continue
+		}
+		cs := append([]int{first[i]}, more[i]...)
 		// The recorded instance wins; otherwise a live one, the oldest.
-		sort.SliceStable(cs, func(i, j int) bool {
-			a, b := cs[i], cs[j]
+		slices.SortStableFunc(cs, func(x, y int) int {
+			a, b := &insts[x], &insts[y]
 			if (a.ID == n.InstanceID) != (b.ID == n.InstanceID) {
-				return a.ID == n.InstanceID
+				if a.ID == n.InstanceID {
+					return -1
+				}
+				return 1
 			}
-			if gone(a) != gone(b) {
-				return !gone(a)
+			if gone(*a) != gone(*b) {
+				if !gone(*a) {
+					return -1
+				}
+				return 1
 			}
-			if !a.LaunchedAt.Equal(b.LaunchedAt) {
-				return a.LaunchedAt.Before(b.LaunchedAt)
+			if c := a.LaunchedAt.Compare(b.LaunchedAt); c != 0 {
+				return c
 			}
-			return a.ID < b.ID
+			return strings.Compare(a.ID, b.ID)
 		})
 		pl.inst[n.ID] = cs[0]
 		for _, d := range cs[1:] {
-			if !gone(d) {
-				pl.dups = append(pl.dups, d)
+			if !gone(insts[d]) {
+				pl.dups = append(pl.dups, insts[d])
 			}
 		}
 	}
@@ -321,7 +360,7 @@ func (pl *planner) providers() []string {
 		}
 	}
 	for _, n := range pl.nodes {
-		if !ended(n.State) || pl.inst[n.ID].ID != "" {
+		if k, found := pl.inst[n.ID]; !ended(n.State) || (found && pl.in.Instances[k].ID != "") {
 			set[n.Offering.Provider] = true
 		}
 	}
@@ -331,8 +370,11 @@ func (pl *planner) providers() []string {
 // observed returns the node's instance and whether its provider's List
 // succeeded, i.e. whether absence means anything.
 func (pl *planner) observed(n state.Node) (providers.Instance, bool, bool) {
-	in, found := pl.inst[n.ID]
-	return in, found, pl.in.ObservedOK[n.Offering.Provider]
+	k, found := pl.inst[n.ID]
+	if !found {
+		return providers.Instance{}, false, pl.in.ObservedOK[n.Offering.Provider]
+	}
+	return pl.in.Instances[k], true, pl.in.ObservedOK[n.Offering.Provider]
 }
 
 func (pl *planner) now() time.Time { return pl.in.Now }
@@ -341,8 +383,16 @@ func (pl *planner) add(a Action) { pl.plan.Actions = append(pl.plan.Actions, a) 
 
 func (pl *planner) alert(a Alert) { pl.alerts[a.Kind+"\x00"+a.Subject] = a }
 
+// own makes pl.nodes a copy of the input's records, before one changes.
+func (pl *planner) own() {
+	if !pl.owned {
+		pl.nodes, pl.owned = slices.Clone(pl.nodes), true
+	}
+}
+
 // move transitions node i and records the action.
 func (pl *planner) move(i int, to state.NodeState, reason string, edit func(*state.Node)) {
+	pl.own()
 	n := &pl.nodes[i]
 	from := n.State
 	n.State = to
@@ -436,7 +486,7 @@ func (pl *planner) nodeFor(nt interruption.Notice) int {
 		return -1
 	}
 	for i, n := range pl.nodes {
-		if n.InstanceID == nt.Instance || pl.inst[n.ID].ID == nt.Instance {
+		if inst, found, _ := pl.observed(n); n.InstanceID == nt.Instance || (found && inst.ID == nt.Instance) {
 			return i
 		}
 	}
@@ -466,6 +516,7 @@ func (pl *planner) lifecycle(i int) {
 			n.Address = inst.Address
 			n.Reason = "instance " + inst.ID + " found"
 			n.UpdatedAt = now
+			pl.own()
 			pl.nodes[i] = n
 			pl.done[n.ID] = true
 			pl.add(Adopt{Node: n, Instance: inst, Reason: "instance exists for " + string(n.State) + " node"})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -702,11 +703,46 @@ func shuffled[T any](r *rand.Rand, s []T) []T {
 }
 
 func TestReconcileDoesNotMutateInput(t *testing.T) {
-	in := richInput(t)
-	before := fmt.Sprintf("%+v", in.Nodes)
-	Reconcile(in)
-	if after := fmt.Sprintf("%+v", in.Nodes); after != before {
-		t.Fatalf("input nodes mutated")
+	byID := func(a, b state.Node) int { return strings.Compare(a.ID, b.ID) }
+	// growth: a settled fleet whose minimum rises, so the plan only
+	// launches (an append to the records with none changed).
+	growth := func(t *testing.T) Input {
+		w := newWorld(t, testFleet(2, 4), offering("us-east-1a", "p4d", providers.Spot, 10))
+		w.settle(step, 200)
+		w.fleet.MinNodes, w.fleet.MaxNodes = len(w.nodes)+1, len(w.nodes)+1
+		return w.input()
+	}
+	// Sorted records (as the store returns them) are used in place until
+	// one changes; unsorted ones are copied to be sorted.
+	tests := []struct {
+		name  string
+		input func(*testing.T) Input
+		order func(a, b state.Node) int
+		// the plan must change records (Transition) or only add (Launch)
+		wantTransitions bool
+	}{
+		{"sorted by id", richInput, byID, true},
+		{"reverse order", richInput, func(a, b state.Node) int { return byID(b, a) }, true},
+		{"sorted, launches only", growth, byID, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.input(t)
+			slices.SortFunc(in.Nodes, tc.order)
+			before := fmt.Sprintf("%+v", in.Nodes)
+			// Spare capacity: an append by the planner must not land in it.
+			in.Nodes = append(in.Nodes, state.Node{ID: "spare"})[:len(in.Nodes)]
+			p := Reconcile(in)
+			if got := len(actionsOf[Transition](p)) > 0; got != tc.wantTransitions || len(actionsOf[Launch](p)) == 0 {
+				t.Fatalf("not the plan this case needs (transitions %v, launches wanted): %v", got, p.Actions)
+			}
+			if after := fmt.Sprintf("%+v", in.Nodes); after != before {
+				t.Fatalf("input nodes mutated")
+			}
+			if spare := in.Nodes[:len(in.Nodes)+1][len(in.Nodes)]; spare.ID != "spare" {
+				t.Fatalf("the planner wrote past the input's length: %+v", spare)
+			}
+		})
 	}
 }
 

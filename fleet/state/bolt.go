@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,12 +50,18 @@ const (
 //   - View and Events never write.
 //
 // With Options.NoSync (tests only) neither path fsyncs.
+//
+// Node records are also kept decoded in memory (see nodeCache): reads of
+// unchanged nodes cost a copy, not a JSON decode. Update runs one at a time
+// (writeMu) so that its node writes reach that cache in commit order.
 type BoltStore struct {
-	db     *bolt.DB
-	path   string
-	now    func() time.Time
-	noSync bool
-	closed atomic.Bool
+	db      *bolt.DB
+	path    string
+	now     func() time.Time
+	noSync  bool
+	closed  atomic.Bool
+	writeMu sync.Mutex
+	nodes   *nodeCache
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -117,7 +124,7 @@ func open(path string, opts Options, sc schema) (*BoltStore, error) {
 	// Update each); 1ms still lets concurrent appenders share a commit
 	// (9k events/s) and bounds the wait of a lone caller.
 	db.MaxBatchDelay = batchDelay
-	s := &BoltStore{db: db, path: path, now: opts.Now, noSync: opts.NoSync}
+	s := &BoltStore{db: db, path: path, now: opts.Now, noSync: opts.NoSync, nodes: newNodeCache()}
 	if err := s.setup(sc, created); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -489,8 +496,13 @@ func (s *BoltStore) View(ctx context.Context, fn func(Tx) error) error {
 		return err
 	}
 	return mapErr(s.db.View(func(btx *bolt.Tx) error {
-		return runTx(&boltKV{tx: btx}, s.now, fn)
+		return s.tx(btx).run(fn)
 	}))
+}
+
+// tx is the typed transaction over btx, with the node cache.
+func (s *BoltStore) tx(btx *bolt.Tx) *tx {
+	return &tx{kv: &boltKV{tx: btx}, now: s.now, cache: s.nodes, txid: btx.ID()}
 }
 
 // Update runs fn in a read-write transaction. If fn returns an error (or
@@ -500,9 +512,37 @@ func (s *BoltStore) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	return mapErr(s.db.Update(func(btx *bolt.Tx) error {
-		return runTx(&boltKV{tx: btx}, s.now, fn)
-	}))
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	var (
+		t       *tx
+		fnOK    bool // fn returned nil: an error after it is the commit's
+		settled bool
+	)
+	defer func() {
+		if t != nil && !settled { // fn panicked: bbolt rolled back
+			s.nodes.abort(t.nodes)
+		}
+	}()
+	err := s.db.Update(func(btx *bolt.Tx) error {
+		t = s.tx(btx)
+		if err := t.run(fn); err != nil {
+			return err
+		}
+		fnOK = true
+		return nil
+	})
+	switch {
+	case t == nil:
+	case err == nil:
+		s.nodes.commit(t.txid, t.nodes)
+	case fnOK:
+		s.nodes.invalidate(t.txid, t.nodes)
+	default:
+		s.nodes.abort(t.nodes)
+	}
+	settled = true
+	return mapErr(err)
 }
 
 // Events returns up to limit events with Seq > since in Seq order; limit <= 0

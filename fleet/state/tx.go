@@ -60,13 +60,38 @@ type tx struct {
 	kv   kv
 	now  func() time.Time
 	done bool
+
+	// cache, when set, serves node reads at txid (the bbolt transaction
+	// id) and receives this transaction's node writes in nodes, applied
+	// by the store after commit. Only BoltStore.View and Update set it.
+	cache *nodeCache
+	txid  int
+	nodes map[string]*nodeWrites
 }
 
 // runTx runs fn with a Tx over k; the Tx is unusable after fn returns.
 func runTx(k kv, now func() time.Time, fn func(Tx) error) error {
-	t := &tx{kv: k, now: now}
+	return (&tx{kv: k, now: now}).run(fn)
+}
+
+func (t *tx) run(fn func(Tx) error) error {
 	defer func() { t.done = true }()
 	return fn(t)
+}
+
+// wrote returns this transaction's pending writes to fleet's nodes,
+// marking the fleet as being written in the cache on first use.
+func (t *tx) wrote(fleet string) *nodeWrites {
+	w := t.nodes[fleet]
+	if w == nil {
+		if t.nodes == nil {
+			t.nodes = map[string]*nodeWrites{}
+		}
+		w = &nodeWrites{puts: map[string]*Node{}}
+		t.nodes[fleet] = w
+		t.cache.begin(fleet)
+	}
+	return w
 }
 
 func (t *tx) check(write bool) error {
@@ -194,25 +219,67 @@ func (t *tx) DeleteFleet(name string) error {
 	if err := t.kv.dropBucket(refNodes(name)); err != nil {
 		return err
 	}
+	if t.cache != nil {
+		*t.wrote(name) = nodeWrites{dropped: true, puts: map[string]*Node{}}
+	}
 	return t.kv.del(refFleets, name)
+}
+
+// fleetExists is Fleet's not-found check without decoding the record.
+func (t *tx) fleetExists(name string) error {
+	v, err := t.kv.get(refFleets, name)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return fmt.Errorf("fleet %q: %w", name, ErrNotFound)
+	}
+	return nil
 }
 
 func (t *tx) Node(fleet, id string) (Node, error) {
 	if err := t.check(false); err != nil {
 		return Node{}, err
 	}
-	var v []byte
-	if fleet != "" && id != "" { // an empty fleet would name the parent bucket
-		var err error
-		if v, err = t.kv.get(refNodes(fleet), id); err != nil {
-			return Node{}, err
+	notFound := func() error { return fmt.Errorf("node %q of fleet %q: %w", id, fleet, ErrNotFound) }
+	if fleet == "" || id == "" { // an empty fleet would name the parent bucket
+		return Node{}, notFound()
+	}
+	if n, found, ok := t.cachedNode(fleet, id); ok {
+		if !found {
+			return Node{}, notFound()
 		}
+		return n, nil
+	}
+	v, err := t.kv.get(refNodes(fleet), id)
+	if err != nil {
+		return Node{}, err
 	}
 	if v == nil {
-		return Node{}, fmt.Errorf("node %q of fleet %q: %w", id, fleet, ErrNotFound)
+		return Node{}, notFound()
 	}
 	var n Node
 	return n, decode("node", id, v, &n)
+}
+
+// cachedNode looks a node up in this transaction's own writes, then in the
+// node cache; ok=false means the file must be read.
+func (t *tx) cachedNode(fleet, id string) (n Node, found, ok bool) {
+	if t.cache == nil {
+		return Node{}, false, false
+	}
+	if w := t.nodes[fleet]; w != nil {
+		if p, put := w.puts[id]; put {
+			if p == nil {
+				return Node{}, false, true
+			}
+			return *p, true, true
+		}
+		if w.dropped {
+			return Node{}, false, true
+		}
+	}
+	return t.cache.get(fleet, id, t.txid, t.kv.writable())
 }
 
 // Nodes returns the fleet's nodes ordered by id; ErrNotFound if the fleet
@@ -221,8 +288,16 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
-	if _, err := t.Fleet(fleet); err != nil {
+	if err := t.fleetExists(fleet); err != nil {
 		return nil, err
+	}
+	// The cache serves the fleet unless this transaction changed it (the
+	// file, read in this transaction, then has the changes).
+	cached := t.cache != nil && t.nodes[fleet] == nil
+	if cached {
+		if out, ok := t.cache.list(fleet, t.txid, t.kv.writable()); ok {
+			return out, nil
+		}
 	}
 	out := []Node{}
 	err := t.kv.scan(refNodes(fleet), "", func(k string, v []byte) (bool, error) {
@@ -233,7 +308,13 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 		out = append(out, n)
 		return true, nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	if cached {
+		t.cache.fill(fleet, t.txid, out)
+	}
+	return out, nil
 }
 
 // PutNode stores n under its fleet, which must exist. CreatedAt is kept from
@@ -251,7 +332,7 @@ func (t *tx) PutNode(n Node) error {
 	if !n.State.Valid() {
 		return fmt.Errorf("%w: node %q: unknown state %q", ErrInvalid, n.ID, n.State)
 	}
-	if _, err := t.Fleet(n.Fleet); err != nil {
+	if err := t.fleetExists(n.Fleet); err != nil {
 		return fmt.Errorf("put node %q: %w", n.ID, err)
 	}
 	now := t.stamp()
@@ -267,7 +348,25 @@ func (t *tx) PutNode(n Node) error {
 		return err
 	}
 	n.UpdatedAt = now
-	return t.putJSON(refNodes(n.Fleet), n.ID, n, nil)
+	if t.cache == nil {
+		return t.putJSON(refNodes(n.Fleet), n.ID, n, nil)
+	}
+	// The cache gets what a later read decodes (time zones and monotonic
+	// clock readings do not survive JSON), and only once the put is done.
+	data, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", n.ID, err)
+	}
+	var stored Node
+	if err := decode("node", n.ID, data, &stored); err != nil {
+		return err
+	}
+	w := t.wrote(n.Fleet)
+	if err := t.kv.put(refNodes(n.Fleet), n.ID, data); err != nil {
+		return err
+	}
+	w.puts[n.ID] = &stored
+	return nil
 }
 
 func (t *tx) DeleteNode(fleet, id string) error {
@@ -277,7 +376,13 @@ func (t *tx) DeleteNode(fleet, id string) error {
 	if _, err := t.Node(fleet, id); err != nil {
 		return err
 	}
-	return t.kv.del(refNodes(fleet), id)
+	if err := t.kv.del(refNodes(fleet), id); err != nil {
+		return err
+	}
+	if t.cache != nil {
+		t.wrote(fleet).puts[id] = nil
+	}
+	return nil
 }
 
 func (t *tx) AppendEvent(e Event) (Event, error) {
