@@ -549,18 +549,16 @@ func transitionEvent(n state.Node, from state.NodeState, reason string) state.Ev
 		Data:    map[string]string{"from": string(from), "to": string(n.State), "offering": n.Offering.Key()}}
 }
 
-// putNode persists a node with its transition event in one transaction.
-func (d *Daemon) putNode(ctx context.Context, n state.Node, from state.NodeState, reason string) error {
-	return d.update(ctx, func(tx state.Tx) error {
-		if err := tx.PutNode(n); err != nil {
-			return err
-		}
-		if from != n.State {
-			_, err := tx.AppendEvent(transitionEvent(n, from, reason))
-			return err
-		}
-		return nil
-	})
+// putNodeTx stores a node with its transition event.
+func putNodeTx(tx state.Tx, n state.Node, from state.NodeState, reason string) error {
+	if err := tx.PutNode(n); err != nil {
+		return err
+	}
+	if from != n.State {
+		_, err := tx.AppendEvent(transitionEvent(n, from, reason))
+		return err
+	}
+	return nil
 }
 
 // execute performs a plan's actions in order. Launches run concurrently
@@ -717,19 +715,23 @@ func (d *Daemon) onTransition(ctx context.Context, fleetName string, a reconcile
 }
 
 func (d *Daemon) markUnavailable(ctx context.Context, a reconcile.MarkUnavailable, now time.Time) error {
-	return d.update(ctx, func(tx state.Tx) error {
-		rec, err := tx.Offering(a.Key)
-		if err != nil {
-			return err
-		}
-		rec = placement.MarkUnavailable(rec, now, a.Reason, a.Kind)
-		if err := tx.PutOffering(rec); err != nil {
-			return err
-		}
-		_, err = tx.AppendEvent(state.Event{Type: "offering.unavailable", Message: a.String(),
-			Data: map[string]string{"offering": a.Key, "kind": string(a.Kind), "until": rec.UnavailableUntil.UTC().Format(time.RFC3339)}})
+	return d.update(ctx, func(tx state.Tx) error { return markUnavailableTx(tx, a, now) })
+}
+
+// markUnavailableTx applies a MarkUnavailable to its offering record, with
+// its event.
+func markUnavailableTx(tx state.Tx, a reconcile.MarkUnavailable, now time.Time) error {
+	rec, err := tx.Offering(a.Key)
+	if err != nil {
 		return err
-	})
+	}
+	rec = placement.MarkUnavailable(rec, now, a.Reason, a.Kind)
+	if err := tx.PutOffering(rec); err != nil {
+		return err
+	}
+	_, err = tx.AppendEvent(state.Event{Type: "offering.unavailable", Message: a.String(),
+		Data: map[string]string{"offering": a.Key, "kind": string(a.Kind), "until": rec.UnavailableUntil.UTC().Format(time.RFC3339)}})
+	return err
 }
 
 // setAlerts replaces a fleet's alerts, logging the new ones as events.
@@ -790,23 +792,30 @@ func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l re
 		}
 		d.countProviderCall(l.Offering.Provider, "create", err)
 	}
-	res := reconcile.AfterLaunch(prov, created, err, d.now())
-	if perr := d.putNode(ctx, res.Node, prov.State, res.Node.Reason); perr != nil {
-		return perr
-	}
-	if res.Mark != nil {
-		if err := d.markUnavailable(ctx, *res.Mark, d.now()); err != nil {
+	after := d.now()
+	res := reconcile.AfterLaunch(prov, created, err, after)
+	// The outcome, its offering mark and the launch record in one durable
+	// transaction: one fsync after Create, not three (a storm launches
+	// hundreds, and every commit waits for the one before).
+	if perr := d.update(ctx, func(tx state.Tx) error {
+		if err := putNodeTx(tx, res.Node, prov.State, res.Node.Reason); err != nil {
 			return err
 		}
-	}
-	if res.Succeeded {
-		_ = d.store.Update(ctx, func(tx state.Tx) error {
-			rec, err := tx.Offering(l.Offering.Key())
-			if err != nil {
+		if res.Mark != nil {
+			if err := markUnavailableTx(tx, *res.Mark, after); err != nil {
 				return err
 			}
-			return tx.PutOffering(placement.RecordLaunch(rec, d.now()))
-		})
+		}
+		if !res.Succeeded {
+			return nil
+		}
+		rec, err := tx.Offering(l.Offering.Key())
+		if err != nil {
+			return err
+		}
+		return tx.PutOffering(placement.RecordLaunch(rec, after))
+	}); perr != nil {
+		return perr
 	}
 	if err != nil {
 		return fmt.Errorf("create %s on %s: %w", n.ID, l.Offering.Key(), err)
