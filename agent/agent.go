@@ -76,6 +76,9 @@ type Options struct {
 	LeaveTimeout time.Duration
 	// MaxBackoff caps the retry delay of every daemon call; default DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// WarmJoinWait bounds how long a starting agent waits for its warm
+	// interpreters before it joins the rendezvous; default DefaultWarmJoinWait.
+	WarmJoinWait time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -89,6 +92,7 @@ func (o Options) withDefaults() Options {
 	def(&o.DoneMarkerWait, DefaultDoneMarkerWait)
 	def(&o.LeaveTimeout, DefaultLeaveTimeout)
 	def(&o.MaxBackoff, DefaultMaxBackoff)
+	def(&o.WarmJoinWait, DefaultWarmJoinWait)
 	o.MaxBackoff = max(o.MaxBackoff, minBackoff)
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
@@ -285,6 +289,10 @@ func (a *agent) runElastic(ctx context.Context, dc *daemonClient, hc *http.Clien
 		fleet: a.opts.Config.Fleet, node: a.opts.Config.NodeID, ifname: id.Ifname,
 		ship:  shipper.add,
 		exits: make(chan workerExit, 16), quit: make(chan struct{}),
+	}
+	var err error
+	if sup.warm, err = newWarmPool(a.paths.WorkDir); err != nil {
+		a.log.Warn("warm starts unavailable", "err", err)
 	}
 	e := newElastic(a, dc, hc, sup)
 	e.id = id

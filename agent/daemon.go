@@ -37,6 +37,9 @@ type TrainingConfig struct {
 	CheckpointURI string            `json:"checkpoint_uri,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
 	Heartbeat     time.Duration     `json:"heartbeat"`
+	// WarmStart false turns the warm interpreters off; nil (an older
+	// daemon, or not set in the spec) means on.
+	WarmStart *bool `json:"warm_start,omitempty"`
 }
 
 type registerRequest struct {

@@ -25,6 +25,11 @@ const (
 	defaultHeartbeat      = 2 * time.Second
 	minBackoff            = 200 * time.Millisecond
 	progressEvery         = 10 * time.Second
+	// masterListenWait bounds how long a node holds its warm workers back
+	// until the master's store listens: torch < 2.4's TCPStore client
+	// retries a refused connect once a second, so waiting longer cannot
+	// win anything.
+	masterListenWait = time.Second
 )
 
 // ExitPeerLost is the worker exit code of a lost peer (docs/examples.md).
@@ -44,6 +49,7 @@ const (
 	wsFailed     = "failed"
 	wsSucceeded  = "succeeded"
 	wsDrained    = "drained"
+	wsStarting   = "starting" // waiting for the master's store
 )
 
 // elastic is the controller: one goroutine owns the node's rendezvous view
@@ -59,28 +65,35 @@ type elastic struct {
 	fleet string
 	node  string
 
-	mu       sync.Mutex // guards training, hbRound, hbWorkers (read by the heartbeat)
+	mu       sync.Mutex // guards training, hbRound, hbState, hbListen (read by the heartbeat)
 	training TrainingConfig
 	hbRound  int
 	hbState  string
+	hbListen int           // the round whose store this (master) node's worker listens on
+	hbKick   chan struct{} // an immediate heartbeat (with hbListen)
 
 	step    atomic.Int64
 	hasStep atomic.Bool
 	hbEvery atomic.Int64 // ns
 
 	// Owned by the controller goroutine.
-	session   string
-	cur       rendezvous.View
-	curAt     time.Time
-	joined    bool
-	ws        *workerSet
-	restarts  int
-	failed    bool // max_restarts exceeded: no more workers
-	excluded  bool
-	finished  bool
-	doneSent  bool
-	peerLost  *time.Timer
-	doneWait  *time.Timer
+	session  string
+	cur      rendezvous.View
+	curAt    time.Time
+	joined   bool
+	ws       *workerSet
+	restarts int
+	failed   bool // max_restarts exceeded: no more workers
+	excluded bool
+	finished bool
+	doneSent bool
+	peerLost *time.Timer
+	doneWait *time.Timer
+	// pending is an assignment whose warm workers wait (at most
+	// masterListenWait, timer pendingT) for the master's store.
+	pending   *rendezvous.Assignment
+	pendingT  *time.Timer
+	pendingAt time.Time
 	watchGen  int
 	watchStop context.CancelFunc
 
@@ -96,8 +109,9 @@ type watchResult struct {
 }
 
 type timerEvent struct {
-	kind string // "peer-lost" or "done-wait"
-	set  *workerSet
+	kind  string // "peer-lost", "done-wait" or "master-listen"
+	set   *workerSet
+	round int // master-listen: the pending round
 }
 
 func newElastic(a *agent, dc *daemonClient, hc *http.Client, sup *supervisor) *elastic {
@@ -108,6 +122,7 @@ func newElastic(a *agent, dc *daemonClient, hc *http.Client, sup *supervisor) *e
 		b:           backoff{min: minBackoff, max: a.opts.MaxBackoff},
 		session:     rendezvous.NewSession(),
 		hbState:     wsNone,
+		hbKick:      make(chan struct{}, 1),
 		views:       make(chan watchResult, 1),
 		hints:       make(chan rendezvous.HeartbeatResponse, 1),
 		reconnected: a.reconnected,
@@ -134,6 +149,7 @@ func (r *every) ok() bool {
 // shutdown, nil).
 func (e *elastic) run(ctx context.Context) error {
 	defer close(e.sup.quit)
+	defer e.sup.closeWarm("agent exits")
 	defer e.stopWatch()
 	if err := e.register(ctx); err != nil {
 		e.shutdown()
@@ -142,6 +158,8 @@ func (e *elastic) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("agent: %w", err)
 	}
+	e.sup.prepareWarm(e.trainingConfig())
+	e.awaitWarm(ctx)
 	v, err := e.join(ctx)
 	if err != nil {
 		e.shutdown()
@@ -186,6 +204,7 @@ func (e *elastic) run(ctx context.Context) error {
 			if e.register(ctx) != nil {
 				continue
 			}
+			e.sup.prepareWarm(e.trainingConfig()) // the spec may have changed meanwhile
 			if v, err := e.join(ctx); err == nil {
 				e.adopt(ctx, v)
 			}
@@ -197,6 +216,22 @@ func (e *elastic) run(ctx context.Context) error {
 	}
 	e.shutdown()
 	return nil
+}
+
+// awaitWarm holds the first join until the warm interpreters are ready,
+// at most WarmJoinWait: a join re-forms the running round and restarts
+// every worker of the job, which should not then wait for this node's
+// imports. The job keeps training without the node meanwhile.
+func (e *elastic) awaitWarm(ctx context.Context) {
+	start := time.Now()
+	n, ok := e.sup.waitWarm(ctx.Done(), e.a.opts.WarmJoinWait)
+	switch {
+	case n == 0 || ctx.Err() != nil:
+	case ok:
+		e.a.log.Info("warm interpreters ready; joining the rendezvous", "count", n, "waited", time.Since(start).Round(time.Millisecond).String())
+	default:
+		e.a.log.Warn("warm interpreters not ready; joining the rendezvous anyway", "count", n, "waited", time.Since(start).Round(time.Millisecond).String())
+	}
 }
 
 // register announces the node to the daemon and takes the training config,
@@ -287,11 +322,24 @@ func (e *elastic) heartbeatLoop(ctx context.Context) {
 	prog := every{d: progressEvery}
 	for {
 		interval := e.heartbeatEvery()
-		if sleepCtx(ctx, interval) != nil {
+		t := time.NewTimer(interval)
+		kicked := false
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
+		case <-e.hbKick:
+			t.Stop()
+			kicked = true
 		}
 		e.mu.Lock()
 		req := rendezvous.HeartbeatRequest{NodeID: e.node, Round: e.hbRound, Workers: e.hbState}
+		if kicked {
+			// Only in the heartbeat it triggered: an older daemon would
+			// refuse the field in every heartbeat.
+			req.Listening = e.hbListen
+		}
 		e.mu.Unlock()
 		if e.hasStep.Load() {
 			s := e.step.Load()
@@ -398,12 +446,13 @@ func (e *elastic) stopWorkers(membership bool, why string) {
 }
 
 func (e *elastic) cancelTimers() {
-	for _, t := range []**time.Timer{&e.peerLost, &e.doneWait} {
+	for _, t := range []**time.Timer{&e.peerLost, &e.doneWait, &e.pendingT} {
 		if *t != nil {
 			(*t).Stop()
 			*t = nil
 		}
 	}
+	e.pending = nil
 }
 
 func (e *elastic) after(d time.Duration, kind string, set *workerSet) *time.Timer {
@@ -430,6 +479,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 	case rendezvous.NodeFinished:
 		e.cancelTimers()
 		e.stopWorkers(false, "job finished")
+		e.sup.closeWarm("job finished")
 		e.setStatus(0, wsStopped)
 		e.finished = true
 
@@ -444,6 +494,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 		}
 		e.setStatus(e.roundOf(), wsDrained)
 		e.stopWorkers(false, "excluded: "+v.Reason)
+		e.sup.closeWarm("node excluded")
 		e.setStatus(0, wsDrained)
 
 	case rendezvous.NodeUnknown:
@@ -469,10 +520,43 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 		if e.ws != nil && e.ws.round == v.Round {
 			return // this round's workers run (or ended; their exits are handled)
 		}
+		if e.pending != nil && e.pending.Round == v.Round {
+			if v.MasterListening {
+				e.startPending("the master's store listens")
+			}
+			return
+		}
 		e.cancelTimers()
 		e.stopWorkers(true, fmt.Sprintf("new round %d", v.Round))
+		// Warm workers would reach MASTER_PORT before the master's new
+		// store is up (its old worker checkpoints first) and then retry
+		// only after a second: when this job's masters report their
+		// store, wait for this round's report, briefly. Cold workers
+		// import for longer than that anyway.
+		if v.MasterListens && !v.MasterListening && v.Assignment.GroupRank > 0 &&
+			e.sup.hasWarm(e.trainingConfig(), v.Assignment.LocalWorldSize) {
+			a := *v.Assignment
+			e.pending, e.pendingAt = &a, time.Now()
+			e.pendingT = time.AfterFunc(masterListenWait, func() {
+				select {
+				case e.timers <- timerEvent{kind: "master-listen", round: a.Round}:
+				case <-e.sup.quit:
+				}
+			})
+			e.setStatus(0, wsStarting)
+			return
+		}
 		e.startWorkers(*v.Assignment)
 	}
+}
+
+// startPending starts the workers of the pending assignment.
+func (e *elastic) startPending(why string) {
+	a := *e.pending
+	waited := time.Since(e.pendingAt)
+	e.cancelTimers()
+	e.a.log.Info("waited for the master's store", "round", a.Round, "waited", waited.Round(time.Millisecond).String(), "reason", why)
+	e.startWorkers(a)
 }
 
 func (e *elastic) roundOf() int {
@@ -489,6 +573,11 @@ func (e *elastic) startWorkers(a rendezvous.Assignment) {
 		"restart_count", e.restarts)
 	e.ws = e.sup.start(a, tc, e.restarts)
 	e.setStatus(a.Round, wsRunning)
+	if a.GroupRank == 0 {
+		go e.reportListening(e.ws)
+	}
+	// The next round's interpreters import while this one trains.
+	e.sup.prepareWarm(tc)
 }
 
 // onExit classifies a worker exit of the current round.
@@ -525,6 +614,12 @@ func (e *elastic) onExit(ctx context.Context, ex workerExit) {
 }
 
 func (e *elastic) onTimer(ctx context.Context, t timerEvent) {
+	if t.kind == "master-listen" {
+		if e.pending != nil && e.pending.Round == t.round {
+			e.startPending(fmt.Sprintf("no word from the master's store within %s", masterListenWait))
+		}
+		return
+	}
 	if t.set != e.ws {
 		return
 	}
@@ -551,6 +646,7 @@ func (e *elastic) failure(ctx context.Context, desc string) {
 	e.stopWorkers(true, "worker failure")
 	if e.restarts > tc.MaxRestarts {
 		e.failed = true
+		e.sup.closeWarm("max_restarts exceeded")
 		e.setStatus(0, wsFailed)
 		e.a.log.Error("worker failed; max_restarts exhausted", "failures", e.restarts, "max_restarts", tc.MaxRestarts, "worker", desc)
 		e.reportDone(false, fmt.Sprintf("max_restarts (%d) exceeded on %s: %s", tc.MaxRestarts, e.node, desc))
@@ -646,6 +742,7 @@ func (e *elastic) reportDone(success bool, detail string) {
 func (e *elastic) shutdown() {
 	e.cancelTimers()
 	e.stopWorkers(false, "agent shutdown")
+	e.sup.closeWarm("agent shutdown")
 	e.setStatus(0, wsStopped)
 	if !e.joined || e.excluded || e.finished || e.rz == nil {
 		return

@@ -280,8 +280,10 @@ const envDumpScript = `
 import json, os, sys, time
 out = os.environ["ENV_OUT"]
 tmp = os.path.join(out, ".env-%s.tmp" % os.environ["RANK"])
+info = dict(os.environ)
+info["__name__"], info["__argv__"] = __name__, json.dumps(sys.argv)  # not variable names: no clash
 with open(tmp, "w") as f:
-    json.dump(dict(os.environ), f)
+    json.dump(info, f)
 os.rename(tmp, os.path.join(out, "env-%s.json" % os.environ["RANK"]))
 deadline = time.time() + 20
 ranks = range(int(os.environ["WORLD_SIZE"]))
@@ -293,8 +295,22 @@ with open(os.path.join(os.environ["FLEETD_CHECKPOINT_URI"], "DONE"), "w") as f:
     f.write("{}\n")
 `
 
+// TestWorkerEnvironmentContract checks the contract for cold starts and
+// for warm ones (real PyTorch: the warm interpreter imports torch).
 func TestWorkerEnvironmentContract(t *testing.T) {
-	py := needPython(t)
+	for _, tt := range []struct {
+		name   string
+		python func(*testing.T) string
+		warm   bool
+	}{
+		{name: "cold", python: needPython},
+		{name: "warm", python: torchPython, warm: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testWorkerEnvironmentContract(t, tt.python(t), tt.warm) })
+	}
+}
+
+func testWorkerEnvironmentContract(t *testing.T, py string, warm bool) {
 	addrs := loopbackAddrs(t, 2)
 	t.Setenv("FLEETD_TEST_INHERITED", "from the agent") // workers inherit the agent's environment
 	dir, ckpt, out := t.TempDir(), t.TempDir(), t.TempDir()
@@ -305,7 +321,7 @@ func TestWorkerEnvironmentContract(t *testing.T) {
 	rc := rdzvConfig(t, 2, 2)
 	tc := TrainingConfig{Command: []string{py, script}, NprocPerNode: 2, MaxRestarts: 3, DrainGrace: 5 * time.Second,
 		CheckpointURI: ckpt, Workdir: dir,
-		Env: map[string]string{"ENV_OUT": out, "FOO": "bar", "RANK": "99", "NCCL_DEBUG": "WARN"}}
+		Env: map[string]string{"ENV_OUT": out, "FOO": "bar", "RANK": "99", "NCCL_DEBUG": "WARN"}, WarmStart: &warm}
 	d := newFakeDaemon(t, rc, tc)
 	agents := []*testAgent{startAgent(t, d, "a", addrs[0]), startAgent(t, d, "b", addrs[1])}
 	waitAll(t, 30*time.Second, agents...)
@@ -370,7 +386,30 @@ func TestWorkerEnvironmentContract(t *testing.T) {
 				t.Errorf("rank %d: torchrun's %s is missing", rank, k)
 			}
 		}
+		if env["__name__"] != "__main__" || env["__argv__"] != fmt.Sprintf("[%q]", script) {
+			t.Errorf("rank %d: __name__ %q, argv %s; want __main__, [%q]", rank, env["__name__"], env["__argv__"], script)
+		}
 		errFiles[env["TORCHELASTIC_ERROR_FILE"]] = true
+	}
+	for _, a := range agents {
+		b, err := os.ReadFile(a.paths().LogFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts []bool
+		for line := range strings.Lines(string(b)) {
+			var l struct {
+				Msg   string `json:"msg"`
+				Round int    `json:"round"`
+				Warm  bool   `json:"warm"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "worker started" && l.Round == 1 {
+				starts = append(starts, l.Warm)
+			}
+		}
+		if !slices.Equal(starts, []bool{warm, warm}) {
+			t.Errorf("agent %s: round 1 worker starts warm=%v, want %v twice", a.id, starts, warm)
+		}
 	}
 	if len(errFiles) != 4 {
 		t.Errorf("error files are not per worker: %v", errFiles)
@@ -381,18 +420,31 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // flakyScript fails (exit 1, with an @record-style error file) on the node
 // with group rank FAIL_GROUP_RANK while TORCHELASTIC_RESTART_COUNT is below
-// FAIL_TIMES, and otherwise becomes the trainer.
+// FAIL_TIMES (after FAIL_AFTER seconds, default 0.3), and otherwise
+// becomes the trainer.
 const flakyScript = `
 import json, os, sys, time
 if (os.environ["GROUP_RANK"] == os.environ["FAIL_GROUP_RANK"]
         and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ["FAIL_TIMES"])):
-    time.sleep(0.3)
+    time.sleep(float(os.environ.get("FAIL_AFTER", "0.3")))
     with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
         json.dump({"message": {"message": "RuntimeError: injected failure", "extraInfo": {}}}, f)
     print("injected failure", file=sys.stderr)
     sys.exit(1)
 os.execv(sys.executable, [sys.executable] + sys.argv[1:])
 `
+
+// flakyJob is the 40-step trainer behind flakyScript at script, failing
+// failTimes times on group rank 1; extra adds to its environment.
+func flakyJob(t *testing.T, py, script, ckpt string, failTimes int, extra map[string]string) TrainingConfig {
+	tc := trainerJob(t, 40, ckpt)
+	tc.Command = append([]string{py, script}, tc.Command[1:]...)
+	tc.Env = map[string]string{"FAIL_GROUP_RANK": "1", "FAIL_TIMES": itoa(failTimes)}
+	for k, v := range extra {
+		tc.Env[k] = v
+	}
+	return tc
+}
 
 func TestWorkerFailuresCountAgainstMaxRestarts(t *testing.T) {
 	py := needPython(t)
@@ -413,10 +465,8 @@ func TestWorkerFailuresCountAgainstMaxRestarts(t *testing.T) {
 			if err := os.WriteFile(script, []byte(flakyScript), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			tc := trainerJob(t, 40, ckpt)
-			tc.Command = append([]string{py, script}, tc.Command[1:]...)
+			tc := flakyJob(t, py, script, ckpt, tt.failTimes, nil)
 			tc.MaxRestarts = tt.maxRestarts
-			tc.Env = map[string]string{"FAIL_GROUP_RANK": "1", "FAIL_TIMES": itoa(tt.failTimes)}
 			d := newFakeDaemon(t, rdzvConfig(t, 2, 2), tc)
 			agents := []*testAgent{startAgent(t, d, "a", addrs[0]), startAgent(t, d, "b", addrs[1])}
 			waitAll(t, 45*time.Second, agents...)

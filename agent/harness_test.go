@@ -67,15 +67,31 @@ func loopbackAddrs(t *testing.T, n int) []string {
 	return out
 }
 
-// freePort returns a TCP port that was free on every address just now.
+// freePort returns the first of rendezvous.MasterPortSpan consecutive TCP
+// ports (MASTER_PORT cycles through them round by round) that were free
+// on every address just now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 20 {
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		free := base+rendezvous.MasterPortSpan-1 <= 65535
+		for p := base + 1; free && p < base+rendezvous.MasterPortSpan; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
+			if free = err == nil; free {
+				l.Close()
+			}
+		}
+		if free {
+			return base
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no range of free ports")
+	return 0
 }
 
 type doneReport struct {

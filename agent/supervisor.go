@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -66,6 +67,7 @@ func signalName(s syscall.Signal) string {
 type worker struct {
 	localRank, rank int
 	pid             int
+	warm            bool // a warm interpreter became this worker
 	logFile         string
 	errorFile       string
 	done            chan struct{} // closed once reaped; status is set then
@@ -73,9 +75,12 @@ type worker struct {
 	exitedAt        time.Time
 }
 
-func (w *worker) exited() bool {
+func (w *worker) exited() bool { return isClosed(w.done) }
+
+// isClosed reports whether c is closed, without waiting.
+func isClosed(c <-chan struct{}) bool {
 	select {
-	case <-w.done:
+	case <-c:
 		return true
 	default:
 		return false
@@ -128,21 +133,32 @@ type supervisor struct {
 	onStep func(step int64)
 	exits  chan workerExit
 	quit   chan struct{} // closed when nobody reads exits any more
+	// warm holds the warm interpreters; nil: every worker starts cold.
+	warm *warmPool
 }
 
-// start launches the node's workers for an assignment. A worker that
-// cannot be started is reported through exits like one that failed.
+// envParams is what the workers' environment depends on for an assignment.
+func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, restartCount int, dir string) workerEnvParams {
+	p := workerEnvParams{
+		Base: os.Environ(), Assignment: a, Training: tc, RestartCount: restartCount,
+		Fleet: s.fleet, Node: s.node, DrainFile: s.drainFile, Ifname: s.ifname,
+	}
+	if dir != "" {
+		p.ErrorFile = func(lr int) string {
+			return filepath.Join(dir, "rank-"+strconv.Itoa(a.Rank(lr))+".error.json")
+		}
+	}
+	return p
+}
+
+// start launches the node's workers for an assignment, each from its warm
+// interpreter when one is ready for it, else cold. A worker that cannot
+// be started is reported through exits like one that failed.
 func (s *supervisor) start(a rendezvous.Assignment, tc TrainingConfig, restartCount int) *workerSet {
 	set := &workerSet{round: a.Round, assign: a, restartCount: restartCount, started: time.Now()}
 	dir := filepath.Join(s.logDir, "round-"+strconv.Itoa(a.Round))
 	mkErr := os.MkdirAll(dir, 0o755)
-	params := workerEnvParams{
-		Base: os.Environ(), Assignment: a, Training: tc, RestartCount: restartCount,
-		Fleet: s.fleet, Node: s.node, DrainFile: s.drainFile, Ifname: s.ifname,
-		ErrorFile: func(lr int) string {
-			return filepath.Join(dir, "rank-"+strconv.Itoa(a.Rank(lr))+".error.json")
-		},
-	}
+	params := s.envParams(a, tc, restartCount, dir)
 	for lr := range a.LocalWorldSize {
 		w := &worker{localRank: lr, rank: a.Rank(lr), done: make(chan struct{})}
 		w.logFile = filepath.Join(dir, "rank-"+strconv.Itoa(w.rank)+".log")
@@ -171,34 +187,79 @@ func (s *supervisor) launch(set *workerSet, w *worker, tc TrainingConfig, env []
 	if err != nil {
 		return err
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		f.Close()
-		return err
-	}
 	args := workerArgs(tc.Command, w.localRank)
+	if wp := s.takeWarm(w.localRank, args, env, tc.Workdir); wp != nil && s.handOff(set, w, wp, f, env) {
+		s.log.Info("worker started", "round", set.round, "rank", w.rank, "local_rank", w.localRank, "pid", w.pid,
+			"restart_count", set.restartCount, "log", w.logFile, "warm", true, "warm_ready", wp.isReady())
+		return nil
+	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
 	cmd.Dir = tc.Workdir
-	cmd.Stdout, cmd.Stderr = pw, pw // one stream keeps stdout and stderr in order
+	out := s.newOutput()
+	out.attach(f, set.round, w.rank)
+	p, err := s.spawn(cmd, out, set, w, nil)
+	if err != nil {
+		out.close()
+		return err
+	}
+	w.pid = p.pid
+	s.log.Info("worker started", "round", set.round, "rank", w.rank, "local_rank", w.localRank, "pid", w.pid,
+		"restart_count", set.restartCount, "log", w.logFile, "warm", false)
+	return nil
+}
+
+// proc is a started process: a worker, or a warm interpreter that may
+// become one. It leads its own process group; stdout and stderr share one
+// pipe (which keeps them in order), pumped into out.
+type proc struct {
+	pid  int
+	out  *workerOutput
+	done chan struct{} // closed once reaped
+
+	mu sync.Mutex
+	// The worker it is; nil while it is a warm interpreter.
+	set *workerSet
+	w   *worker
+	// onIdleExit is called when it ends before becoming a worker.
+	onIdleExit func(pid int, st exitStatus)
+}
+
+func (p *proc) exited() bool { return isClosed(p.done) }
+
+// become makes p the worker w of set, unless it has ended already.
+func (p *proc) become(set *workerSet, w *worker) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited() {
+		return false
+	}
+	p.set, p.w = set, w
+	return true
+}
+
+// spawn starts cmd in its own process group with its output on one pipe.
+// Once it ends (its group swept, its output read), the exit is reported
+// for the worker it is by then, or to onIdleExit.
+func (s *supervisor) spawn(cmd *exec.Cmd, out *workerOutput, set *workerSet, w *worker, onIdleExit func(int, exitStatus)) (*proc, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		f.Close()
-		return err
+		return nil, err
 	}
-	pw.Close() // the worker holds the only write end now: EOF when its group is gone
-	w.pid = cmd.Process.Pid
-	s.log.Info("worker started", "round", set.round, "rank", w.rank, "local_rank", w.localRank, "pid", w.pid,
-		"restart_count", set.restartCount, "log", w.logFile)
-
+	pw.Close() // the process holds the only write end now: EOF when its group is gone
+	p := &proc{pid: cmd.Process.Pid, out: out, done: make(chan struct{}), set: set, w: w, onIdleExit: onIdleExit}
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
-		defer f.Close()
 		defer pr.Close()
-		s.pump(pr, f, set.round, w.rank)
+		out.pump(pr)
 	}()
 	go func() {
 		// DataLoader workers and the like must not outlive their worker.
@@ -212,17 +273,28 @@ func (s *supervisor) launch(set *workerSet, w *worker, tc TrainingConfig, env []
 		} else if err != nil {
 			st.Err = err
 		}
-		w.status, w.exitedAt = st, time.Now()
-		close(w.done)
+		p.mu.Lock()
+		close(p.done)
+		set, w, idle := p.set, p.w, p.onIdleExit
+		p.mu.Unlock()
+		if w != nil {
+			w.status, w.exitedAt = st, time.Now()
+			close(w.done)
+		}
 		select {
 		case <-pumped:
 		case <-time.After(pipeDrainWait):
 			pr.Close()
 			<-pumped
 		}
-		s.report(workerExit{set: set, w: w})
+		switch {
+		case w != nil:
+			s.report(workerExit{set: set, w: w})
+		case idle != nil:
+			idle(p.pid, st)
+		}
 	}()
-	return nil
+	return p, nil
 }
 
 func (s *supervisor) report(ex workerExit) {
@@ -232,43 +304,117 @@ func (s *supervisor) report(ex workerExit) {
 	}
 }
 
-// pump copies a worker's output to its log file and hands each line to
-// the shipper and the step parser.
-func (s *supervisor) pump(r *os.File, f *os.File, round, rank int) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var line []byte
-	flush := func() {
-		l := strings.TrimRight(string(line), "\r\n")
-		line = line[:0]
-		if s.onStep != nil {
-			if st, ok := parseStep(l); ok {
-				s.onStep(st)
-			}
-		}
-		if s.ship != nil {
-			s.ship(round, rank, l)
-		}
-	}
+// maxWarmOutput bounds what a warm interpreter may print before it
+// becomes a worker (kept for its worker's log).
+const maxWarmOutput = 1 << 20
+
+// workerOutput takes a process's output: into the worker's log file, the
+// shipper and the step parser once attached; until then (a warm
+// interpreter, whose round is not known yet) into a bounded buffer.
+type workerOutput struct {
+	s *supervisor
+
+	mu          sync.Mutex
+	f           *os.File
+	round, rank int
+	line        []byte // the current line, up to maxShipLine
+	pending     []byte
+	dropped     int
+	eof         bool
+}
+
+func (s *supervisor) newOutput() *workerOutput { return &workerOutput{s: s} }
+
+// pump reads r to its end.
+func (o *workerOutput) pump(r *os.File) {
+	buf := make([]byte, 64<<10)
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			_, _ = f.Write(chunk)
-			if room := maxShipLine - len(line); room > 0 {
-				line = append(line, chunk[:min(room, len(chunk))]...)
-			}
-			if chunk[len(chunk)-1] == '\n' {
-				flush()
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
+		n, err := r.Read(buf)
+		if n > 0 {
+			o.write(buf[:n])
 		}
 		if err != nil {
-			if len(line) > 0 {
-				flush()
-			}
+			o.close()
 			return
 		}
+	}
+}
+
+func (o *workerOutput) write(b []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.f == nil {
+		room := max(maxWarmOutput-len(o.pending), 0)
+		o.pending = append(o.pending, b[:min(room, len(b))]...)
+		o.dropped += len(b) - min(room, len(b))
+		return
+	}
+	o.consume(b)
+}
+
+// attach sends the output to f (for round and rank), starting with what
+// was buffered.
+func (o *workerOutput) attach(f *os.File, round, rank int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.f, o.round, o.rank = f, round, rank
+	if o.dropped > 0 {
+		o.consume(fmt.Appendf(nil, "[fleetd agent: %d bytes of output from before the start were dropped]\n", o.dropped))
+	}
+	o.consume(o.pending)
+	o.pending = nil
+	if o.eof {
+		o.finish()
+	}
+}
+
+// close is the end of the output.
+func (o *workerOutput) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.eof = true
+	if o.f != nil {
+		o.finish()
+	}
+}
+
+func (o *workerOutput) finish() {
+	if len(o.line) > 0 {
+		o.flushLine()
+	}
+	o.f.Close()
+}
+
+// consume writes b to the log and hands each complete line to the shipper
+// and the step parser.
+func (o *workerOutput) consume(b []byte) {
+	_, _ = o.f.Write(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		chunk := b
+		if i >= 0 {
+			chunk = b[:i+1]
+		}
+		if room := maxShipLine - len(o.line); room > 0 {
+			o.line = append(o.line, chunk[:min(room, len(chunk))]...)
+		}
+		b = b[len(chunk):]
+		if i >= 0 {
+			o.flushLine()
+		}
+	}
+}
+
+func (o *workerOutput) flushLine() {
+	l := strings.TrimRight(string(o.line), "\r\n")
+	o.line = o.line[:0]
+	if o.s.onStep != nil {
+		if st, ok := parseStep(l); ok {
+			o.s.onStep(st)
+		}
+	}
+	if o.s.ship != nil {
+		o.s.ship(o.round, o.rank, l)
 	}
 }
 

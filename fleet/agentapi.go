@@ -109,7 +109,7 @@ func (d *Daemon) agentRegister(w http.ResponseWriter, r *http.Request) {
 		resp = api.RegisterResponse{Fleet: fleetName, Node: nodeID, RendezvousURL: d.URL(), Training: api.TrainingConfig{
 			Command: t.Command, Workdir: t.Workdir, NprocPerNode: t.NprocPerNode, MaxRestarts: t.MaxRestarts,
 			MasterPort: t.MasterPort, DrainGrace: t.DrainGrace, CheckpointURI: t.CheckpointURI, Env: t.Env,
-			Heartbeat: fl.Rendezvous.Heartbeat}}
+			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart}}
 		return nil
 	})
 	if err != nil {

@@ -111,6 +111,7 @@ func (c *Client) Watch(ctx context.Context, fleet, node string, last View) (View
 	if last.State != "" {
 		q.Set("state", string(last.State))
 	}
+	q.Set("listening", strconv.FormatBool(last.MasterListening))
 	for {
 		start := time.Now()
 		var v View

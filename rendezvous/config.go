@@ -19,8 +19,26 @@ type Config struct {
 	Heartbeat time.Duration
 	// DeadAfter is the silence after which a member is dropped.
 	DeadAfter time.Duration
-	// MasterPort is MASTER_PORT on the rank-0 node.
+	// MasterPort is the first of the MasterPortSpan ports MASTER_PORT
+	// cycles through, one per round (RoundPort).
 	MasterPort int
+}
+
+// MasterPortSpan is how many consecutive ports MASTER_PORT cycles through.
+const MasterPortSpan = 8
+
+// RoundPort is MASTER_PORT for a round: base, base+1, … base+7, then base
+// again (shifted down by the span where it would pass 65535). A worker of
+// an earlier round that is still alive (blocked in init_process_group,
+// where SIGTERM waits, or not yet stopped by its agent) can neither reach
+// the new round's store nor hold its port; with one fixed port it joined
+// the new round's group (benchmarks, finding 2).
+func RoundPort(base, round int) int {
+	p := base + ((round-1)%MasterPortSpan+MasterPortSpan)%MasterPortSpan
+	if p > 65535 {
+		p -= MasterPortSpan
+	}
+	return p
 }
 
 // Validate reports the first inconsistency of c.

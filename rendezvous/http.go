@@ -135,7 +135,14 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
+	last.MasterListening = q.Get("listening") == "true"
 	v, err := h.s.Watch(ctx, fleet, node, last)
+	for err == nil && !q.Has("listening") && v.Round == last.Round && v.State == last.State {
+		// A client without the listening parameter predates it: only a
+		// round or state change is news to it.
+		last.MasterListening = v.MasterListening
+		v, err = h.s.Watch(ctx, fleet, node, last)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:

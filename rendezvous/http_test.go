@@ -346,3 +346,79 @@ func TestClientWatchNeverSpins(t *testing.T) {
 		t.Fatalf("%d long-polls in 550ms with a 100ms wait", n)
 	}
 }
+
+// TestHTTPWatchWakesOnMasterListening: a watcher learns at once that the
+// master's store is up; a watcher without the parameter (an older agent)
+// is not woken by it.
+func TestHTTPWatchWakesOnMasterListening(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	svc := newService(t, Options{})
+	if err := svc.Configure(ctx, "f", testConfig(2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	srv := startHTTP(t, svc, testAuth("f", "a", "b"))
+	clients := map[string]*Client{"a": NewClient(srv.URL, "tok-a", srv.Client()), "b": NewClient(srv.URL, "tok-b", srv.Client())}
+	views := map[string]View{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, c := range clients {
+		wg.Go(func() {
+			v, err := c.Join(ctx, "f", JoinRequest{NodeID: id, Addr: addrOf(id), Nproc: 1, Session: NewSession()})
+			for err == nil && v.State != NodeAssigned {
+				v, err = c.Watch(ctx, "f", id, v)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			views[id] = v
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	master, other := "a", "b"
+	if views["b"].Assignment.GroupRank == 0 {
+		master, other = "b", "a"
+	}
+	legacy := make(chan *http.Response, 1)
+	go func() {
+		// An older agent's watch: no listening parameter, a short wait.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/rendezvous/f/watch?node=%s&after=1&state=assigned&wait=1500ms", srv.URL, other), nil)
+		req.Header.Set("Authorization", "Bearer tok-"+other)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Error(err)
+			resp = nil
+		}
+		legacy <- resp
+	}()
+	woke := make(chan View, 1)
+	start := time.Now()
+	go func() {
+		v, err := clients[other].Watch(ctx, "f", other, views[other])
+		if err != nil {
+			t.Error(err)
+		}
+		woke <- v
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := clients[master].Heartbeat(ctx, "f", HeartbeatRequest{NodeID: master, Round: 1, Listening: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-woke:
+		if !v.MasterListening || v.Round != 1 {
+			t.Errorf("woken with %+v, want round 1 with the master listening", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher was not woken by the master's report")
+	}
+	resp := <-legacy
+	if resp != nil {
+		resp.Body.Close()
+		if took := time.Since(start); took < 1200*time.Millisecond {
+			t.Errorf("the legacy watch returned after %s, before its wait: woken by the listening report", took)
+		}
+	}
+}

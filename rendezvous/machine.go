@@ -79,6 +79,9 @@ type Machine struct {
 	masterAddr string
 	masterPort int
 	summary    MembersSummary
+	// listening: the closed round's master reported its store up;
+	// listened: some round's master did (soft state, not persisted).
+	listening, listened bool
 
 	excluded map[string]Exclusion
 }
@@ -218,6 +221,21 @@ func (m *Machine) Heartbeat(now time.Time, req HeartbeatRequest) (HeartbeatRespo
 	}
 	v := m.view(req.NodeID, false)
 	return HeartbeatResponse{Round: v.Round, RoundState: v.RoundState, State: v.State, HeartbeatMS: v.HeartbeatMS}, nil
+}
+
+// MasterListening records the master node's report that a worker of
+// round listens on MASTER_PORT. Until then a new round's other workers
+// would find the port closed, and torch < 2.4's TCPStore client retries a
+// refused connect only once a second; agents that learn the store is up
+// start them then instead. O(1); a stale or foreign report is ignored.
+func (m *Machine) MasterListening(node string, round int) Effects {
+	var eff Effects
+	if m.state != RoundClosed || round != m.round || m.listening || len(m.order) == 0 || m.order[0] != node {
+		return eff
+	}
+	m.listening, m.listened = true, true
+	eff.Changed = true
+	return eff
 }
 
 // Leave removes a node gracefully; like a drop, a running round is
@@ -420,7 +438,7 @@ func (m *Machine) close(now time.Time, eff *Effects) {
 		}
 		order = order[:m.cfg.MaxNodes]
 	}
-	m.assign(order, m.cfg.MasterPort)
+	m.assign(order, RoundPort(m.cfg.MasterPort, m.round))
 	m.state, m.closedAt, m.deadline, m.standbyAt = RoundClosed, now, time.Time{}, time.Time{}
 	eff.Changed, eff.Persist = true, true
 	eff.event(Event{Kind: EventRoundClosed, At: now, Round: m.round, Nodes: len(order),
@@ -480,7 +498,7 @@ func (m *Machine) assign(order []*member, port int) {
 		}
 		m.summary.Zones[i].Nodes++
 	}
-	m.masterAddr, m.masterPort = "", port
+	m.masterAddr, m.masterPort, m.listening = "", port, false
 	if len(order) > 0 {
 		m.masterAddr = order[0].Addr
 	}
@@ -509,6 +527,7 @@ func (m *Machine) view(node string, withAssignment bool) View {
 		v.State = NodeWaiting
 	default:
 		v.State = NodeAssigned
+		v.MasterListening, v.MasterListens = m.listening, m.listened
 		if withAssignment {
 			v.Assignment = m.assignment(node)
 		}

@@ -395,7 +395,7 @@ func TestAssignmentRanksFollowTorchrun(t *testing.T) {
 			t.Fatalf("%s: view %+v", id, v)
 		}
 		w.Round, w.RunID, w.GroupWorldSize, w.WorldSize = 1, "bert-7f", 3, 7
-		w.MasterAddr, w.MasterPort = addrOf("a"), 29511
+		w.MasterAddr, w.MasterPort = addrOf("a"), 29511 // round 1: the configured port
 		w.Members = MembersSummary{Nodes: 3, Zones: []ZoneCount{{Zone: "z", Nodes: 3}}}
 		if !reflect.DeepEqual(*v.Assignment, w) {
 			t.Errorf("%s: assignment\n got %+v\nwant %+v", id, *v.Assignment, w)
@@ -501,5 +501,87 @@ func TestConfigValidateAndJSON(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("%+v validated", c)
 		}
+	}
+}
+
+func TestRoundPortCyclesPerRound(t *testing.T) {
+	tests := []struct {
+		base, round, want int
+	}{
+		{29500, 1, 29500}, {29500, 2, 29501}, {29500, 8, 29507}, {29500, 9, 29500}, {29500, 17, 29500},
+		{65535, 1, 65535}, {65535, 2, 65528}, {65530, 6, 65535}, {65530, 7, 65528}, {1, 0, 8},
+	}
+	for _, tt := range tests {
+		if got := RoundPort(tt.base, tt.round); got != tt.want {
+			t.Errorf("RoundPort(%d, %d) = %d, want %d", tt.base, tt.round, got, tt.want)
+		}
+	}
+	// Consecutive rounds never share a port: a lingering worker of round
+	// N cannot reach round N+1's store.
+	cfg := testConfig(1, 2)
+	m, err := NewMachine(cfg, "r", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Join(t0, JoinRequest{NodeID: "a", Addr: addrOf("a"), Zone: "z", Nproc: 1}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(cfg.LastCall)
+	m.Tick(now)
+	prev := 0
+	for i := range 3 {
+		v := m.View("a")
+		if v.Assignment == nil || v.Assignment.MasterPort != RoundPort(cfg.MasterPort, v.Round) || v.Assignment.MasterPort == prev {
+			t.Fatalf("round %d: assignment %+v (previous port %d)", v.Round, v.Assignment, prev)
+		}
+		prev = v.Assignment.MasterPort
+		// A new session re-forms the round at once (a worker failure).
+		if _, _, err := m.Join(now, JoinRequest{NodeID: "a", Addr: addrOf("a"), Zone: "z", Nproc: 1, Session: fmt.Sprint("s", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestMasterListeningIsReportedOncePerRound(t *testing.T) {
+	cfg := testConfig(2, 2)
+	m, err := NewMachine(cfg, "r", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, _, err := m.Join(t0, JoinRequest{NodeID: id, Addr: addrOf(id), Zone: "z", Nproc: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	master := m.order[0]
+	other := m.order[1]
+	tests := []struct {
+		name          string
+		node          string
+		round         int
+		changed       bool
+		listening     bool
+		listensBefore bool
+	}{
+		{name: "not the master", node: other, round: 1},
+		{name: "another round", node: master, round: 2},
+		{name: "the master", node: master, round: 1, changed: true, listening: true, listensBefore: true},
+		{name: "again", node: master, round: 1, listening: true, listensBefore: true},
+	}
+	for _, tt := range tests {
+		eff := m.MasterListening(tt.node, tt.round)
+		v := m.View(other)
+		if eff.Changed != tt.changed || v.MasterListening != tt.listening || v.MasterListens != tt.listensBefore {
+			t.Errorf("%s: changed %v, view listening %v listens %v; want %v %v %v", tt.name, eff.Changed,
+				v.MasterListening, v.MasterListens, tt.changed, tt.listening, tt.listensBefore)
+		}
+	}
+	// A new round starts without its master's report, remembering that
+	// masters of this run do report.
+	if _, _, err := m.Join(t0, JoinRequest{NodeID: other, Addr: addrOf(other), Zone: "z", Nproc: 1, Session: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.View(other); v.Round != 2 || v.MasterListening || !v.MasterListens {
+		t.Errorf("next round's view %+v, want round 2, not listening, listens", v)
 	}
 }

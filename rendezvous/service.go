@@ -252,6 +252,9 @@ func (s *Service) Heartbeat(ctx context.Context, fleet string, req HeartbeatRequ
 		if r, err = fs.m.Heartbeat(now, req); err != nil {
 			return err
 		}
+		if req.Listening > 0 {
+			s.apply(fs, now, fs.m.MasterListening(req.NodeID, req.Listening)) // wakes the watchers once
+		}
 		if r.State == NodeAssigned && r.Round > fs.announced {
 			r.State, r.RoundState = NodeWaiting, RoundOpen // see view
 		}
@@ -353,7 +356,7 @@ func (s *Service) mutate(fleet string, f func(*fleetState, time.Time) error) err
 func (s *Service) view(fs *fleetState, node string) View {
 	v := fs.m.View(node)
 	if v.State == NodeAssigned && v.Round > fs.announced {
-		v.State, v.RoundState, v.Assignment = NodeWaiting, RoundOpen, nil
+		v.State, v.RoundState, v.Assignment, v.MasterListening = NodeWaiting, RoundOpen, nil, false
 	}
 	return v
 }

@@ -103,6 +103,9 @@ type HeartbeatRequest struct {
 	Step *int64 `json:"step,omitempty"`
 	// Workers is a short free-form worker state ("running", "stopped", ...).
 	Workers string `json:"workers,omitempty"`
+	// Listening, from the master node (group rank 0), is the round whose
+	// MASTER_PORT one of its workers listens on (the TCPStore is up).
+	Listening int `json:"listening,omitempty"`
 }
 
 const maxWorkersLen = 64
@@ -112,8 +115,8 @@ func (r HeartbeatRequest) Validate() error {
 	if !validID(r.NodeID) {
 		return fmt.Errorf("node_id must be 1..%d printable characters without spaces", maxIDLen)
 	}
-	if r.Round < 0 {
-		return fmt.Errorf("round must not be negative, got %d", r.Round)
+	if r.Round < 0 || r.Listening < 0 {
+		return fmt.Errorf("round and listening must not be negative, got %d and %d", r.Round, r.Listening)
 	}
 	if len(r.Workers) > maxWorkersLen {
 		return fmt.Errorf("workers must be at most %d bytes", maxWorkersLen)
@@ -151,13 +154,19 @@ type View struct {
 	Success bool `json:"success,omitempty"`
 	// HeartbeatMS is the interval the agent should heartbeat at.
 	HeartbeatMS int64 `json:"heartbeat_ms,omitempty"`
+	// MasterListening: the round's master node reported its store
+	// listening on MASTER_PORT, so the other nodes' workers connect at
+	// once. MasterListens: a master of an earlier round of this run did,
+	// so this job's workers use MASTER_PORT and are worth waiting for.
+	MasterListening bool `json:"master_listening,omitempty"`
+	MasterListens   bool `json:"master_listens,omitempty"`
 }
 
 // Differs reports whether v tells the agent something new compared with
 // last, the view it acts on now. Server and client use this one rule, so
 // a long-poll returns exactly when the agent must act.
 func (v View) Differs(last View) bool {
-	return v.Round != last.Round || v.State != last.State
+	return v.Round != last.Round || v.State != last.State || v.MasterListening != last.MasterListening
 }
 
 // Assignment is a node's place in a closed round: everything the agent

@@ -414,5 +414,57 @@ func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r re
 		}
 		from = resp.Next
 	}
+	for _, in := range f.instances() {
+		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], filepath.Join(in.dir, "root", "var", "log", "fleetd", "agent.log"))...)
+	}
 	explain("fleetd", scen, t0, r, f.timeline(), notes)
+}
+
+// agentExplains are the agent log lines that explain a restart, with the
+// attributes shown: old workers stopped, new ones started (warm or cold),
+// the master's store up, the other nodes' wait for it, a new node's join.
+var agentExplains = []struct {
+	msg   string
+	attrs []string
+}{
+	{"workers stopped", []string{"round", "took", "sigkilled"}},
+	{"worker started", []string{"round", "rank", "warm", "warm_ready"}},
+	{"the master's store listens", []string{"round", "after"}},
+	{"waited for the master's store", []string{"round", "waited", "reason"}},
+	{"warm interpreters ready; joining the rendezvous", []string{"waited"}},
+}
+
+// agentNotes reads one node's agent log (JSON lines) for agentExplains.
+func agentNotes(node, file string) []note {
+	fh, err := os.Open(file)
+	if err != nil {
+		return nil
+	}
+	defer fh.Close()
+	var out []note
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
+		if err != nil {
+			continue
+		}
+		for _, x := range agentExplains {
+			if l["msg"] != x.msg {
+				continue
+			}
+			var kv []string
+			for _, a := range x.attrs {
+				if v, ok := l[a]; ok {
+					kv = append(kv, fmt.Sprintf("%s=%v", a, v))
+				}
+			}
+			out = append(out, note{at, fmt.Sprintf("agent %s: %s (%s)", node, x.msg, strings.Join(kv, " "))})
+		}
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -69,5 +71,36 @@ func TestTorchrunArgv(t *testing.T) {
 				t.Fatalf("node %s: worker args %q, want %q", tt.node, tail, train)
 			}
 		}
+	}
+}
+
+func TestAgentNotes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.log")
+	log := `{"time":"2026-11-22T06:04:45.065511282Z","level":"INFO","msg":"the master's store listens","node":"n1","round":3,"port":29502,"after":"99ms"}
+not json
+{"time":"2026-11-22T06:04:45.07Z","level":"INFO","msg":"worker started","round":3,"rank":1,"pid":7,"warm":true,"warm_ready":false}
+{"time":"2026-11-22T06:04:45.08Z","level":"INFO","msg":"heartbeat failed"}
+`
+	if err := os.WriteFile(file, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := agentNotes("n1", file)
+	want := []string{
+		"agent n1: the master's store listens (round=3 after=99ms)",
+		"agent n1: worker started (round=3 rank=1 warm=true warm_ready=false)",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("notes %v, want %q", got, want)
+	}
+	for i := range want {
+		if got[i].What != want[i] {
+			t.Errorf("note %d = %q, want %q", i, got[i].What, want[i])
+		}
+	}
+	if got[0].At.Format(time.RFC3339Nano) != "2026-11-22T06:04:45.065511282Z" {
+		t.Errorf("time %v", got[0].At)
+	}
+	if agentNotes("n1", filepath.Join(t.TempDir(), "missing.log")) != nil {
+		t.Error("notes from a missing log")
 	}
 }

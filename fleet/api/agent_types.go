@@ -26,6 +26,8 @@ type TrainingConfig struct {
 	CheckpointURI string            `json:"checkpoint_uri,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
 	Heartbeat     time.Duration     `json:"heartbeat"`
+	// WarmStart false turns the agent's warm interpreters off; nil: on.
+	WarmStart *bool `json:"warm_start,omitempty"`
 }
 
 // RegisterResponse tells the agent how to proceed.

@@ -61,6 +61,7 @@ var trainingSchema = &hcl.BodySchema{
 		{Name: "drain_grace"},
 		{Name: "checkpoint_uri"},
 		{Name: "env"},
+		{Name: "warm_start"},
 	},
 }
 
@@ -424,6 +425,10 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 	if ua := a["checkpoint_uri"]; p.stringAttr(ua, &t.CheckpointURI) && !validCheckpointURI(t.CheckpointURI) {
 		p.attrError(ua, "Invalid checkpoint_uri",
 			fmt.Sprintf("checkpoint_uri must be a URL with a scheme (s3://bucket/path, gs://bucket/path, file:///path) or an absolute path, got %q.", t.CheckpointURI))
+	}
+	var warm bool
+	if p.boolAttr(a["warm_start"], &warm) {
+		t.WarmStart = &warm
 	}
 	if ea := a["env"]; p.stringMapAttr(ea, &t.Env) {
 		for _, k := range sortedKeys(t.Env) {

@@ -195,6 +195,9 @@ type Training struct {
 	DrainGrace    time.Duration     `json:"drain_grace"`
 	CheckpointURI string            `json:"checkpoint_uri,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
+	// WarmStart false turns the agents' pre-started Python interpreters
+	// off; nil (not set) means on (docs/agent.md, "Warm starts").
+	WarmStart *bool `json:"warm_start,omitempty"`
 }
 
 // Rendezvous tunes the membership rounds.

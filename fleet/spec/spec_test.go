@@ -236,6 +236,8 @@ func TestValidationRules(t *testing.T) {
 		{"setup and workdir", parts{training: "command = [\"x\"]\nsetup = [\"apt-get update\"]\nworkdir = \"/srv/job\""}, "", ""},
 		{"empty setup command", parts{training: "command = [\"x\"]\nsetup = [\" \"]"}, "Empty setup command", `[" "]`},
 		{"empty workdir", parts{training: "command = [\"x\"]\nworkdir = \"\""}, "Empty workdir", `""`},
+		{"warm start off", parts{training: "command = [\"x\"]\nwarm_start = false"}, "", ""},
+		{"warm start not a bool", parts{training: "command = [\"x\"]\nwarm_start = \"sometimes\""}, "Incorrect attribute value type", `"sometimes"`},
 		{"dead_after not above heartbeat", parts{rendezvous: "heartbeat = \"10s\""}, "dead_after must exceed heartbeat", `"10s"`},
 		{"dead_after below heartbeat", parts{rendezvous: "heartbeat = \"3s\"\ndead_after = \"2s\""}, "dead_after must exceed heartbeat", `"2s"`},
 		{"heartbeat zero", parts{rendezvous: "heartbeat = \"0s\""}, "Invalid duration", `"0s"`},
@@ -656,4 +658,25 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = Format(src)
 	})
+}
+
+func TestWarmStartSetting(t *testing.T) {
+	off, on := false, true
+	for _, tt := range []struct {
+		training string
+		want     *bool
+	}{
+		{training: `command = ["x"]`},
+		{training: "command = [\"x\"]\nwarm_start = false", want: &off},
+		{training: "command = [\"x\"]\nwarm_start = true", want: &on},
+	} {
+		f, diags := parseString(t, parts{training: tt.training}.src(), testOptions())
+		if diags.HasErrors() {
+			t.Fatalf("%q: %v", tt.training, diags)
+		}
+		got := f.Fleets[0].Training.WarmStart
+		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+			t.Errorf("%q: warm_start %v, want %v", tt.training, got, tt.want)
+		}
+	}
 }
