@@ -69,20 +69,29 @@ const offeringsTTL = 30 * time.Second
 
 func (d *Daemon) runtime(name string) *fleetRuntime {
 	d.rtMu.Lock()
-	defer d.rtMu.Unlock()
 	rt, ok := d.runtimes[name]
-	if !ok {
-		rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{},
-			runSeconds: map[string]float64{}}
-		_ = d.store.View(context.Background(), func(tx state.Tx) error {
-			b, err := tx.Meta(runtimeKey(name))
-			if err == nil && len(b) > 0 && json.Unmarshal(b, &rt.savedRuntime) == nil {
-				rt.saved, rt.savedDecisions = b, rt.decisions()
-			}
-			return nil
-		})
-		d.runtimes[name] = rt
+	d.rtMu.Unlock()
+	if ok {
+		return rt
 	}
+	// Read the saved runtime without rtMu: API readers take rtMu inside
+	// their store transactions, so holding it across one inverts the
+	// lock order.
+	rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{},
+		runSeconds: map[string]float64{}}
+	_ = d.store.View(context.Background(), func(tx state.Tx) error {
+		b, err := tx.Meta(runtimeKey(name))
+		if err == nil && len(b) > 0 && json.Unmarshal(b, &rt.savedRuntime) == nil {
+			rt.saved, rt.savedDecisions = b, rt.decisions()
+		}
+		return nil
+	})
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	if first, ok := d.runtimes[name]; ok {
+		return first // another goroutine loaded it meanwhile
+	}
+	d.runtimes[name] = rt
 	return rt
 }
 

@@ -135,6 +135,9 @@ func open(path string, opts Options, sc schema) (*BoltStore, error) {
 // openBolt opens the bbolt file. bbolt reads pages straight from an mmap, so
 // a truncated or garbled file can fault or panic inside bolt.Open; both are
 // turned into ErrNotStateFile instead of crashing the daemon.
+// initialMmapSize is the address space mapped for the state file at open.
+const initialMmapSize = 1 << 30
+
 func openBolt(path string, opts Options, readOnly bool) (db *bolt.DB, err error) {
 	var (
 		file    *os.File
@@ -144,6 +147,13 @@ func openBolt(path string, opts Options, readOnly bool) (db *bolt.DB, err error)
 		Timeout:  opts.LockTimeout,
 		NoSync:   opts.NoSync,
 		ReadOnly: readOnly,
+		// bbolt remaps the file when it outgrows the mapping, and a remap
+		// waits for every open read transaction while blocking new ones.
+		// A reader that then waits on a lock held by a writer (API
+		// handler vs. rendezvous save) deadlocks the daemon. Reserving
+		// address space up front (not memory) makes writers independent
+		// of readers until the file reaches this size.
+		InitialMmapSize: initialMmapSize,
 		// Captured so a panic mid-Open can still release the flock bbolt
 		// took and close the fd.
 		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {

@@ -747,3 +747,49 @@ func TestOpenErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestReaderDoesNotBlockGrowingWriter holds a read transaction open while
+// writers grow the file well past its first mapping. Without the reserved
+// mapping the writer's remap waits for that reader; the daemon's readers
+// take locks that writers hold, so that wait was a deadlock (seen as a
+// daemon that stopped answering right after its first apply).
+func TestReaderDoesNotBlockGrowingWriter(t *testing.T) {
+	s := testOpen(t, filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true})
+	inView, release := make(chan struct{}), make(chan struct{})
+	viewDone := make(chan error, 1)
+	go func() {
+		viewDone <- s.View(context.Background(), func(tx Tx) error {
+			close(inView)
+			<-release
+			return nil
+		})
+	}()
+	<-inView
+	wrote := make(chan error, 1)
+	go func() {
+		// 64 MiB in 1 MiB values: far beyond bbolt's first mappings.
+		val := bytes.Repeat([]byte{'x'}, 1<<20)
+		for i := range 64 {
+			if err := s.Update(context.Background(), func(tx Tx) error {
+				return tx.SetMeta(fmt.Sprintf("grow/%03d", i), val)
+			}); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		close(release)
+		t.Fatal("writers blocked behind an open read transaction")
+	}
+	close(release)
+	if err := <-viewDone; err != nil {
+		t.Fatal(err)
+	}
+}
