@@ -270,6 +270,9 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 	if err != nil {
 		return api.ApplyResponse{}, err
 	}
+	for i := range resp.Fleets {
+		resp.Fleets[i] = d.withLive(resp.Fleets[i])
+	}
 	d.kick()
 	select {
 	case d.intakeKick <- struct{}{}:
@@ -288,14 +291,6 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 		s.TargetNodes = 0
 	}
 	s.Completed, s.Succeeded = f.Completed, f.Succeeded
-	if d.rdzv != nil {
-		if st, err := d.rdzv.Status(f.Name); err == nil {
-			s.Rendezvous = &api.RendezvousInfo{Round: st.Round, State: string(st.State), Nodes: st.Nodes, WorldSize: st.WorldSize}
-			if st.MasterAddr != "" {
-				s.Rendezvous.Master = fmt.Sprintf("%s:%d", st.MasterAddr, st.MasterPort)
-			}
-		}
-	}
 	nodes, err := tx.Nodes(f.Name)
 	if err != nil {
 		return s, err
@@ -327,9 +322,26 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 		}
 	}
 	s.SavingsUSD = s.OnDemandEquivalentUSD - s.SpendUSD
-	s.Interruptions, _ = d.tally.interruptions(f.Name)
-	s.AlertCount = len(d.alerts(f.Name))
 	return s, nil
+}
+
+// withLive adds what lives in memory (rendezvous, interruption tally,
+// alerts) to a summary. It must run after the store transaction that built
+// the summary has ended: those parts take locks that are held across store
+// writes (the rendezvous saves under its fleet lock), so taking them inside
+// a transaction can deadlock the daemon.
+func (d *Daemon) withLive(s api.FleetSummary) api.FleetSummary {
+	if d.rdzv != nil {
+		if st, err := d.rdzv.Status(s.Name); err == nil {
+			s.Rendezvous = &api.RendezvousInfo{Round: st.Round, State: string(st.State), Nodes: st.Nodes, WorldSize: st.WorldSize}
+			if st.MasterAddr != "" {
+				s.Rendezvous.Master = fmt.Sprintf("%s:%d", st.MasterAddr, st.MasterPort)
+			}
+		}
+	}
+	s.Interruptions, _ = d.tally.interruptions(s.Name)
+	s.AlertCount = len(d.alerts(s.Name))
+	return s
 }
 
 // Status implements api.Backend.
@@ -360,6 +372,9 @@ func (d *Daemon) Status(ctx context.Context) (api.Status, error) {
 		}
 		return nil
 	})
+	for i := range st.Fleets {
+		st.Fleets[i] = d.withLive(st.Fleets[i])
+	}
 	return st, err
 }
 
@@ -385,11 +400,15 @@ func (d *Daemon) Fleet(ctx context.Context, name string) (api.FleetDetail, error
 		for _, n := range nodes {
 			det.Nodes = append(det.Nodes, nodeInfo(n, now))
 		}
-		det.Recoveries, det.Alerts = d.recoveries(name), d.alerts(name)
-		_, det.RecentInterruptions = d.tally.interruptions(name)
 		return nil
 	})
-	return det, err
+	if err != nil {
+		return det, err
+	}
+	det.FleetSummary = d.withLive(det.FleetSummary)
+	det.Recoveries, det.Alerts = d.recoveries(name), d.alerts(name)
+	_, det.RecentInterruptions = d.tally.interruptions(name)
+	return det, nil
 }
 
 func nodeInfo(n state.Node, now time.Time) api.NodeInfo {
@@ -430,5 +449,5 @@ func (d *Daemon) Destroy(ctx context.Context, name string) (api.FleetSummary, er
 		return sum, err
 	}
 	d.kick()
-	return sum, nil
+	return d.withLive(sum), nil
 }

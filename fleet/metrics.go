@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
@@ -123,6 +124,12 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d := c.d
+	// Read the store first, then the live parts: see withLive.
+	type fleetFigures struct {
+		s      api.FleetSummary
+		counts map[[2]string]int // state, capacity type
+	}
+	var all []fleetFigures
 	_ = d.store.View(ctx, func(tx state.Tx) error {
 		fleets, err := tx.Fleets()
 		if err != nil {
@@ -138,35 +145,38 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			if err != nil {
 				return err
 			}
-			type key struct{ state, ct string }
-			counts := map[key]int{}
+			counts := map[[2]string]int{}
 			for _, n := range nodes {
-				counts[key{string(n.State), string(n.Offering.CapacityType)}]++
+				counts[[2]string{string(n.State), string(n.Offering.CapacityType)}]++
 			}
-			for k, v := range counts {
-				ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(v), f.Name, k.state, k.ct)
-			}
-			ch <- prometheus.MustNewConstMetric(c.target, prometheus.GaugeValue, float64(s.TargetNodes), f.Name)
-			ch <- prometheus.MustNewConstMetric(c.spendRate, prometheus.GaugeValue, s.CostPerHour, f.Name)
-			ch <- prometheus.MustNewConstMetric(c.spend, prometheus.GaugeValue, s.SpendUSD, f.Name)
-			ch <- prometheus.MustNewConstMetric(c.onDemandEq, prometheus.GaugeValue, s.OnDemandEquivalentUSD, f.Name)
-			ws, round := 0, 0
-			if s.Rendezvous != nil {
-				round = s.Rendezvous.Round
-				if s.Rendezvous.State == "closed" {
-					ws = s.Rendezvous.WorldSize
-				}
-			}
-			ch <- prometheus.MustNewConstMetric(c.worldSize, prometheus.GaugeValue, float64(ws), f.Name)
-			ch <- prometheus.MustNewConstMetric(c.round, prometheus.GaugeValue, float64(round), f.Name)
-			byKind := map[string]int{}
-			for _, a := range d.alerts(f.Name) {
-				byKind[a.Kind]++
-			}
-			for k, v := range byKind {
-				ch <- prometheus.MustNewConstMetric(c.alerts, prometheus.GaugeValue, float64(v), f.Name, k)
-			}
+			all = append(all, fleetFigures{s, counts})
 		}
 		return nil
 	})
+	for _, ff := range all {
+		s := d.withLive(ff.s)
+		for k, v := range ff.counts {
+			ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(v), s.Name, k[0], k[1])
+		}
+		ch <- prometheus.MustNewConstMetric(c.target, prometheus.GaugeValue, float64(s.TargetNodes), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.spendRate, prometheus.GaugeValue, s.CostPerHour, s.Name)
+		ch <- prometheus.MustNewConstMetric(c.spend, prometheus.GaugeValue, s.SpendUSD, s.Name)
+		ch <- prometheus.MustNewConstMetric(c.onDemandEq, prometheus.GaugeValue, s.OnDemandEquivalentUSD, s.Name)
+		ws, round := 0, 0
+		if s.Rendezvous != nil {
+			round = s.Rendezvous.Round
+			if s.Rendezvous.State == "closed" {
+				ws = s.Rendezvous.WorldSize
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.worldSize, prometheus.GaugeValue, float64(ws), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.round, prometheus.GaugeValue, float64(round), s.Name)
+		byKind := map[string]int{}
+		for _, a := range d.alerts(s.Name) {
+			byKind[a.Kind]++
+		}
+		for k, v := range byKind {
+			ch <- prometheus.MustNewConstMetric(c.alerts, prometheus.GaugeValue, float64(v), s.Name, k)
+		}
+	}
 }
