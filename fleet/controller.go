@@ -132,8 +132,14 @@ func (d *Daemon) HandleNotice(ctx context.Context, fleetName string, n interrupt
 	if !n.Deadline.IsZero() {
 		msg += fmt.Sprintf(", deadline in %s", n.Deadline.Sub(d.now()).Round(time.Second))
 	}
-	d.appendEvent(ctx, state.Event{Fleet: fleetName, Node: n.Node, Type: "notice", Message: msg,
-		Data: map[string]string{"kind": string(n.Kind), "source": n.Source}})
+	// Batched: a storm's concurrent notices share one transaction and one
+	// fsync instead of queueing behind each other's.
+	if _, err := d.store.AppendEvents(ctx, []state.Event{{Fleet: fleetName, Node: n.Node, Type: "notice", Message: msg,
+		Data: map[string]string{"kind": string(n.Kind), "source": n.Source}}}); err != nil {
+		d.log.Error("append event", "type", "notice", "err", err)
+	} else {
+		d.notifyEvents()
+	}
 	if n.Kind.Terminal() && d.rdzv != nil {
 		if err := d.rdzv.Exclude(ctx, fleetName, n.Node, string(n.Kind)+" notice"); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
 			d.log.Warn("rendezvous exclude", "fleet", fleetName, "node", n.Node, "err", err)

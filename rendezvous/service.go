@@ -18,9 +18,10 @@ type Options struct {
 	Store Store
 	// Now is the clock; time.Now when nil. Timers are real.
 	Now func() time.Time
-	// OnChange receives every event, in order per fleet. It is called with
-	// the fleet's lock held: it must be quick and must not call back into
-	// the Service for the same fleet.
+	// OnChange receives every event, in order per fleet, once the state
+	// it follows from is saved (or its save failed). It is called with the
+	// fleet's lock held: it must be quick and must not call back into the
+	// Service for the same fleet.
 	OnChange func(fleet string, ev Event)
 	Logger   *slog.Logger
 	// NewRunID names a new fleet's run (TORCHELASTIC_RUN_ID); by default
@@ -65,6 +66,25 @@ type fleetState struct {
 	retryAt    time.Time
 	retryDelay time.Duration
 	removed    bool
+
+	// Group commit: one save is in flight at a time, without mu held;
+	// changes made meanwhile are written together by the next save.
+	// wantSave counts changes that asked to be saved, doneSave the last of
+	// them covered by a finished save; saveDone (on mu) is broadcast at the
+	// end of every save.
+	saving             bool
+	wantSave, doneSave uint64
+	saveDone           *sync.Cond
+	// events wait here to be reported in order; the first held of them
+	// follow from changes whose save has not finished.
+	events []Event
+	held   int
+}
+
+func newFleetState(name string, m *Machine) *fleetState {
+	fs := &fleetState{name: name, m: m, notify: make(chan struct{})}
+	fs.saveDone = sync.NewCond(&fs.mu)
+	return fs
 }
 
 const (
@@ -104,7 +124,7 @@ func NewService(ctx context.Context, opts Options) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("restore rendezvous of fleet %s: %w", name, err)
 		}
-		fs := &fleetState{name: name, m: m, notify: make(chan struct{})}
+		fs := newFleetState(name, m)
 		if round, st := m.Round(); st == RoundClosed {
 			fs.announced = round
 		}
@@ -122,7 +142,8 @@ func randomRunID(fleet string) string {
 	return fleet + "-" + hex.EncodeToString(b[:])
 }
 
-// Close stops all timers and wakes every watcher (they get ErrClosed).
+// Close stops all timers, wakes every watcher (they get ErrClosed) and
+// returns once the changes already made are saved (or their save failed).
 func (s *Service) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,6 +154,10 @@ func (s *Service) Close() {
 		fs.mu.Lock()
 		s.stopTimer(fs)
 		wake(fs)
+		// Bounded: no new change starts once closed is set.
+		for fs.saving || fs.doneSave < fs.wantSave {
+			fs.saveDone.Wait()
+		}
 		fs.mu.Unlock()
 	}
 }
@@ -160,7 +185,7 @@ func (s *Service) Configure(ctx context.Context, fleet string, cfg Config) error
 			s.mu.Unlock()
 			return err
 		}
-		fs = &fleetState{name: fleet, m: m, notify: make(chan struct{})}
+		fs = newFleetState(fleet, m)
 		s.fleets[fleet] = fs
 		fs.mu.Lock()
 		s.mu.Unlock()
@@ -192,6 +217,10 @@ func (s *Service) Remove(ctx context.Context, fleet string) error {
 	fs.removed = true
 	s.stopTimer(fs)
 	wake(fs)
+	// A save still in flight must not land after the delete.
+	for fs.saving {
+		fs.saveDone.Wait()
+	}
 	fs.mu.Unlock()
 	if err := s.store.DeleteFleet(ctx, fleet); err != nil {
 		return fmt.Errorf("delete rendezvous state of fleet %s: %w", fleet, err)
@@ -362,16 +391,17 @@ func (s *Service) view(fs *fleetState, node string) View {
 }
 
 // apply persists (before anything is announced), reports events, wakes
-// watchers and re-arms the timer. Called with fs.mu held.
+// watchers and re-arms the timer. Called with fs.mu held; a save releases
+// it meanwhile, so other changes may come in before apply returns.
 func (s *Service) apply(fs *fleetState, now time.Time, eff Effects) {
 	announced := fs.announced
+	fs.events = append(fs.events, eff.Events...)
 	if eff.Persist || (fs.dirty && !now.Before(fs.retryAt)) {
-		s.persist(fs, now)
+		fs.held = len(fs.events)
+		s.persist(fs)
 	}
-	if s.onChange != nil {
-		for _, ev := range eff.Events {
-			s.onChange(fs.name, ev)
-		}
+	if fs.held == 0 {
+		s.report(fs, len(fs.events))
 	}
 	if eff.Changed || fs.announced != announced {
 		wake(fs)
@@ -379,22 +409,62 @@ func (s *Service) apply(fs *fleetState, now time.Time, eff Effects) {
 	s.schedule(fs, now)
 }
 
-func (s *Service) persist(fs *fleetState, now time.Time) {
-	snap := fs.m.Snapshot()
+// persist returns once a save that covers the machine's current state has
+// finished: it runs that save itself, or waits for the one in flight and
+// then for the next, which writes every change made meanwhile at once.
+func (s *Service) persist(fs *fleetState) {
+	fs.wantSave++
+	mine := fs.wantSave
+	for fs.doneSave < mine && !fs.removed {
+		if fs.saving {
+			fs.saveDone.Wait()
+			continue
+		}
+		s.save(fs)
+	}
+}
+
+// save writes the current snapshot with fs.mu released during the write.
+// Called with fs.mu held and no save in flight.
+func (s *Service) save(fs *fleetState) {
+	target, snap, covered := fs.wantSave, fs.m.Snapshot(), len(fs.events)
+	fs.saving = true
+	fs.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.saveTimeout)
-	defer cancel()
-	if err := s.store.SaveFleet(ctx, fs.name, snap); err != nil {
+	err := s.store.SaveFleet(ctx, fs.name, snap)
+	cancel()
+	now := s.now()
+	fs.mu.Lock()
+	fs.saving, fs.doneSave = false, target
+	defer fs.saveDone.Broadcast()
+	if err != nil {
 		fs.dirty = true
 		fs.retryDelay = min(max(2*fs.retryDelay, minSaveRetry), maxSaveRetry)
 		fs.retryAt = now.Add(fs.retryDelay)
 		s.log.Warn("rendezvous: saving fleet state failed; new rounds are held back until it succeeds",
 			"fleet", fs.name, "round", snap.Round, "retry_in", fs.retryDelay, "err", err)
-		return
+	} else {
+		fs.dirty, fs.retryDelay, fs.retryAt = false, 0, time.Time{}
+		if snap.State == RoundClosed && snap.Round > fs.announced {
+			fs.announced = snap.Round
+			wake(fs)
+		}
 	}
-	fs.dirty, fs.retryDelay, fs.retryAt = false, 0, time.Time{}
-	if snap.State == RoundClosed && snap.Round > fs.announced {
-		fs.announced = snap.Round
+	// The events queued before the snapshot follow from what it holds.
+	// Only saves report while events are held, so the queue's head is
+	// the same as when the snapshot was taken.
+	s.report(fs, covered)
+	fs.held = max(fs.held-covered, 0)
+}
+
+// report passes the first n queued events to OnChange, in order.
+func (s *Service) report(fs *fleetState, n int) {
+	if s.onChange != nil {
+		for _, ev := range fs.events[:n] {
+			s.onChange(fs.name, ev)
+		}
 	}
+	fs.events = append(fs.events[:0], fs.events[n:]...)
 }
 
 func wake(fs *fleetState) {

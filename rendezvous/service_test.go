@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -300,5 +301,149 @@ func TestServiceFinishAndExclude(t *testing.T) {
 	}
 	if _, err := svc.Join(ctx, "nope", JoinRequest{NodeID: "a", Addr: "10.0.0.1", Nproc: 1}); !errors.Is(err, ErrUnknownFleet) {
 		t.Fatalf("join unknown fleet: %v", err)
+	}
+}
+
+// gateStore holds saves of fleet "f" while its gate is closed, and records
+// how many saves ran and whether two ever overlapped.
+type gateStore struct {
+	*MemoryStore
+	gate     chan struct{}
+	entered  chan struct{} // one send per save reaching the gate
+	inFlight atomic.Int32
+	overlap  atomic.Bool
+	saves    atomic.Int32
+}
+
+func (s *gateStore) SaveFleet(ctx context.Context, fleet string, snap Snapshot) error {
+	if s.inFlight.Add(1) > 1 {
+		s.overlap.Store(true)
+	}
+	defer s.inFlight.Add(-1)
+	if g := s.gate; g != nil {
+		s.entered <- struct{}{}
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.saves.Add(1)
+	return s.MemoryStore.SaveFleet(ctx, fleet, snap)
+}
+
+// Exclusions that come in while a save is in flight are applied at once,
+// written together by the next save, returned only once saved, reported
+// only then, and all survive a crash.
+func TestServiceGroupsConcurrentExclusions(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		victims   int
+		wantSaves int32 // the held save, then one for all the others
+	}{
+		{"one", 1, 1},
+		{"two", 2, 2},
+		{"storm", 200, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			store := &gateStore{MemoryStore: NewMemoryStore()}
+			var log eventLog
+			svc := newService(t, Options{Store: store, OnChange: log.add})
+			if err := svc.Configure(ctx, "f", testConfig(1, tc.victims+1)); err != nil {
+				t.Fatal(err)
+			}
+			survivor := mustJoin(t, svc, "f", "s")
+			for i := range tc.victims {
+				mustJoin(t, svc, "f", fmt.Sprintf("v%d", i))
+			}
+			survivor, err := svc.Watch(ctx, "f", "s", survivor)
+			if err != nil || survivor.State != NodeAssigned || survivor.Round != 1 {
+				t.Fatalf("round 1 with every node: %+v %v", survivor, err)
+			}
+			store.gate, store.entered = make(chan struct{}), make(chan struct{}, tc.victims)
+			store.saves.Store(0)
+
+			errs := make(chan error, tc.victims)
+			for i := range tc.victims {
+				go func() {
+					node := fmt.Sprintf("v%d", i)
+					if err := svc.Exclude(ctx, "f", node, "spot notice"); err != nil {
+						errs <- err
+						return
+					}
+					// Returned: the exclusion must be on disk already.
+					snaps, err := store.LoadAll(ctx)
+					if err == nil && !slices.ContainsFunc(snaps["f"].Excluded, func(e Exclusion) bool { return e.NodeID == node }) {
+						err = fmt.Errorf("Exclude(%s) returned before its exclusion was saved", node)
+					}
+					errs <- err
+				}()
+			}
+			<-store.entered // the first save is held
+			// The fleet is not locked during the save: every exclusion is
+			// applied in memory meanwhile (bounded wait).
+			for tries := 0; ; tries++ {
+				st, err := svc.Status("f")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Excluded) == tc.victims {
+					break
+				}
+				if tries > 2000 {
+					t.Fatalf("%d of %d exclusions applied while a save was held", len(st.Excluded), tc.victims)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Nothing of it is reported or announced before it is saved.
+			for _, k := range log.kinds() {
+				if k == EventMemberExcluded {
+					t.Fatal("an exclusion was reported before it was saved")
+				}
+			}
+			if v := svc.mustView(t, "f", "s"); v.State == NodeAssigned && v.Round > 1 {
+				t.Fatalf("re-formed round announced before it was saved: %+v", v)
+			}
+			close(store.gate)
+			for range tc.victims {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := store.saves.Load(); got != tc.wantSaves {
+				t.Errorf("%d saves for %d exclusions; want %d", got, tc.victims, tc.wantSaves)
+			}
+			if store.overlap.Load() {
+				t.Error("two saves of one fleet overlapped")
+			}
+			reported := 0
+			for _, k := range log.kinds() {
+				if k == EventMemberExcluded {
+					reported++
+				}
+			}
+			if reported != tc.victims {
+				t.Errorf("%d exclusions reported; want %d", reported, tc.victims)
+			}
+			if v, err := svc.Watch(ctx, "f", "s", survivor); err != nil || v.State != NodeAssigned || v.Round < 2 || v.Assignment.GroupWorldSize != 1 {
+				t.Fatalf("survivor after the exclusions: %+v %v", v, err)
+			}
+
+			// Crash: a new service on the same store, the old one never closed.
+			store.gate = nil
+			svc2 := newService(t, Options{Store: store})
+			st, err := svc2.Status("f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Excluded) != tc.victims || len(st.Members) != 1 || st.Members[0].NodeID != "s" {
+				t.Fatalf("after reload: %d excluded, members %+v; want %d excluded, member s", len(st.Excluded), st.Members, tc.victims)
+			}
+			if v := mustJoin(t, svc2, "f", "v0"); v.State != NodeExcluded {
+				t.Fatalf("an excluded node rejoined after reload: %+v", v)
+			}
+		})
 	}
 }
