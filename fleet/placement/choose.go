@@ -306,7 +306,7 @@ func candidates(in ChooseInput, m Model, s spec.Strategy, clean bool) map[string
 		if !Available(rec, in.Now) {
 			continue
 		}
-		if _, failed := ParseUnavailable(rec); clean && failed {
+		if clean && HasFailure(rec) {
 			continue
 		}
 		k := GroupKey(o, colocateOf(in.Fleet))

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -12,9 +13,9 @@ func DefaultDeadlinePolicy() DeadlinePolicy { return SlackReserve{} }
 // Defaults of SlackReserve.
 const (
 	// DefaultSlackReserve: 6 min of slack per hour of work left. Measured
-	// on the V100 trace (docs/benchmarks.md): 0.08–0.2 are all within
-	// 1 % of each other; below 0.05 waiting eats the slack that later
-	// changeovers need.
+	// on the V100 trace (3 zones, 52 h; docs/benchmarks.md): 0.1–0.25
+	// are within 0.5 % of each other; 0.07 costs 1 % more, as waiting
+	// eats the slack that later changeovers need.
 	DefaultSlackReserve = 0.1
 )
 
@@ -29,7 +30,12 @@ const (
 //     fits. Below that, only on-demand is launched and on-demand nodes
 //     are kept. On spot, σ does not shrink until a preemption, so a job
 //     that started a spot node safely can always finish on on-demand.
-//   - Spot available: use it (also instead of a running on-demand node).
+//   - Spot worth starting (MinSpotRun): a spot run must be expected to
+//     last long enough to pay for the slack its changeovers cost, valued
+//     by SlackValue. Such spot is used, also instead of running on-demand
+//     nodes.
+//   - Spot offered but not expected to last: on-demand (never wait: the
+//     capacity is there, only too short-lived to be worth the slack).
 //   - No spot anywhere: wait while σ stays above the safety level plus a
 //     reserve of Reserve hours of slack per hour of work left, kept for
 //     the changeovers of the rest of the job; otherwise use on-demand
@@ -47,6 +53,85 @@ type SlackReserve struct {
 	// late (reconcile interval, notice delivery); 0 means a quarter of
 	// the changeover.
 	Margin time.Duration
+	// AnySpot turns the spot admission off: every spot offering with
+	// capacity is used (the policy before MinSpotRun, for comparison).
+	AnySpot bool
+}
+
+func (p SlackReserve) safety(d time.Duration) time.Duration {
+	m := p.Margin
+	if m <= 0 {
+		m = d / 4
+	}
+	return 2*d + m
+}
+
+// MinSpotRun implements SpotAdmission. A spot start costs its changeover
+// d of slack when its run ends (the start itself costs d whatever it
+// starts); replacing running on-demand nodes costs one more d. With λ =
+// SlackValue, the hours of work pushed to on-demand per hour of slack
+// lost, the run must be expected to last λ·(slack it costs): its savings
+// over on-demand, per hour, are the same on both sides. (λ·d ≤ 1/ν·P(…):
+// the threshold stays below the work left.)
+func (p SlackReserve) MinSpotRun(in DeadlineInput) time.Duration {
+	if p.AnySpot {
+		return 0
+	}
+	left := in.Work - in.Done
+	d := in.Changeover
+	free := in.Deadline.Sub(in.Now) - left - p.safety(d)
+	if left <= 0 || d <= 0 || free < 0 {
+		return 0 // done, or the safety net decides
+	}
+	cost := d
+	if in.OnDemandActive {
+		cost = 2 * d
+	}
+	return time.Duration(SlackValue(free, left, d, in.ChangeRate) * float64(cost))
+}
+
+// SlackValue is what one hour of slack is worth, in hours of work that
+// end up on on-demand instead of spot. Model: the job's remaining spot
+// runs end (preemptions) as a Poisson process of rate ν per hour of work
+// (ChangeRate, observed); each end costs a changeover d of slack; the
+// free slack pays for n = ⌊free/d⌋ of them; the (n+1)-th leaves only the
+// safety net, i.e. on-demand for the rest. The expected work left at
+// that point is S(n+1) = E[(C − T₍ₙ₊₁₎)⁺] (T₍ₖ₎ the k-th end), and
+//
+//	λ = (S(n+1) − S(n+2)) / d = P(N ≥ n+2) / (ν·d),  N ~ Poisson(ν·C)
+//
+// i.e. the chance that the job needs more changeovers than its slack
+// pays for, times the hours of work one more changeover buys (1/ν) per
+// hour of slack it costs (d). With slack to spare λ ≈ 0; when the slack
+// runs short it grows to 1/(ν·d).
+func SlackValue(free, left, d time.Duration, nu float64) float64 {
+	if left <= 0 || d <= 0 || nu <= 0 {
+		return 0
+	}
+	n := int(max(free, 0) / d)
+	return poissonTail(nu*left.Hours(), n+2) / (nu * d.Hours())
+}
+
+// poissonTail is P(N ≥ k) for N ~ Poisson(mu), summed from k upward so
+// that tiny tails keep their precision.
+func poissonTail(mu float64, k int) float64 {
+	if k <= 0 {
+		return 1
+	}
+	if mu <= 0 {
+		return 0
+	}
+	lg, _ := math.Lgamma(float64(k) + 1)
+	term := math.Exp(float64(k)*math.Log(mu) - mu - lg)
+	sum := 0.0
+	for j := k; j < k+10000; j++ {
+		sum += term
+		if term < sum*1e-15 && float64(j) > mu {
+			break
+		}
+		term *= mu / float64(j+1)
+	}
+	return min(sum, 1)
 }
 
 // Decide implements DeadlinePolicy.
@@ -56,25 +141,24 @@ func (p SlackReserve) Decide(in DeadlineInput) DeadlineDecision {
 		return DeadlineDecision{Reason: "work done"}
 	}
 	d := in.Changeover
-	m := p.Margin
-	if m <= 0 {
-		m = d / 4
-	}
 	slack := in.Deadline.Sub(in.Now) - left
-	safe := 2*d + m
+	safe := p.safety(d)
 	if slack < safe {
 		return DeadlineDecision{UseOnDemand: true, OnDemandOnly: true,
-			Reason: fmt.Sprintf("safety net: slack %s < 2×%s changeover + %s margin", slack.Round(time.Second), d, m)}
+			Reason: fmt.Sprintf("safety net: slack %s < 2×%s changeover + %s margin", slack.Round(time.Second), d, safe-2*d)}
 	}
 	if in.SpotAvailable {
 		return DeadlineDecision{Reason: fmt.Sprintf("spot available (slack %s)", slack.Round(time.Second))}
 	}
 	if in.OnDemandActive {
-		// Running on-demand nodes stay until spot replaces them. Asking
-		// for on-demand here would also keep them when spot shows up and
-		// our own replacement takes the last free capacity: the spot
-		// node would be scaled away again.
-		return DeadlineDecision{Reason: fmt.Sprintf("on on-demand until spot is back (slack %s)", slack.Round(time.Second))}
+		// Running on-demand nodes stay until spot replaces them; asking
+		// for on-demand here would make the reconciler keep them even
+		// once spot is back.
+		return DeadlineDecision{Reason: fmt.Sprintf("on on-demand until spot worth starting is back (slack %s)", slack.Round(time.Second))}
+	}
+	if in.SpotOffered {
+		return DeadlineDecision{UseOnDemand: true,
+			Reason: fmt.Sprintf("spot offered but none expected to run %s (slack %s): on-demand", p.MinSpotRun(in).Round(time.Minute), slack.Round(time.Second))}
 	}
 	rho := p.Reserve
 	if rho == 0 {

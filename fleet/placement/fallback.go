@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/spec"
@@ -13,6 +14,14 @@ type FallbackState struct {
 	// BelowMinSince is when the fleet last dropped below min_nodes; zero
 	// while it is at or above min_nodes.
 	BelowMinSince time.Time `json:"below_min_since,omitzero"`
+	// Spot is the fleet's history of the spot market (ObserveSpot), by
+	// offering key.
+	Spot []SpotSeen `json:"spot,omitempty"`
+}
+
+// Equal reports whether s and o are the same state.
+func (s FallbackState) Equal(o FallbackState) bool {
+	return s.BelowMinSince.Equal(o.BelowMinSince) && slices.EqualFunc(s.Spot, o.Spot, SpotSeen.equal)
 }
 
 // Decision says which capacity types may be launched in this pass.
@@ -24,8 +33,11 @@ type Decision struct {
 	OnDemandLimit int `json:"on_demand_limit"`
 	// KeepOnDemand forbids replacing live on-demand nodes by spot ones
 	// (on-demand fleets; deadline mode while it wants on-demand).
-	KeepOnDemand bool   `json:"keep_on_demand"`
-	Reason       string `json:"reason"`
+	KeepOnDemand bool `json:"keep_on_demand"`
+	// MinSpotRun: new spot nodes go only on offerings whose ExpectedRun
+	// is at least this (deadline mode, SpotAdmission); 0 admits all.
+	MinSpotRun time.Duration `json:"min_spot_run,omitempty"`
+	Reason     string        `json:"reason"`
 }
 
 // SpotOnly is the decision to launch spot capacity only.
@@ -54,8 +66,15 @@ type DeadlineInput struct {
 	Done time.Duration
 	// Changeover is the cost of one switch (launch + setup + lost progress).
 	Changeover time.Duration
-	// SpotAvailable: a spot placement can hold min_nodes now.
+	// SpotAvailable: a spot placement can hold min_nodes now, on
+	// offerings the policy admits (SpotAdmission).
 	SpotAvailable bool
+	// SpotOffered: spot capacity that can hold min_nodes exists, admitted
+	// or not.
+	SpotOffered bool
+	// ChangeRate is the observed rate of spot run ends per hour of
+	// running (ChangeRate).
+	ChangeRate float64
 	// OnDemandActive: the fleet has live on-demand nodes.
 	OnDemandActive bool
 }
@@ -73,6 +92,17 @@ type DeadlineDecision struct {
 // The simulator plugs in other policies to compare against the default.
 type DeadlinePolicy interface {
 	Decide(DeadlineInput) DeadlineDecision
+}
+
+// SpotAdmission is implemented by deadline policies that start spot only
+// on offerings expected to run long enough (ExpectedRun). The reconciler
+// asks before it looks for spot placements, so SpotAvailable in the
+// DeadlineInput of Decide already counts admitted offerings only.
+type SpotAdmission interface {
+	// MinSpotRun is the expected run a spot offering needs for a new node
+	// now; 0 admits every offering. SpotAvailable and SpotOffered of in
+	// are not set yet.
+	MinSpotRun(in DeadlineInput) time.Duration
 }
 
 // UniformProgress is the deadline policy of Can't Be Late
@@ -132,14 +162,51 @@ type FallbackInput struct {
 	// OnDemandLive is how many of them are on-demand.
 	OnDemandLive int
 	// SpotViable: a spot-only placement can hold min_nodes (Choose with
-	// SpotOnly returned CanHoldMin).
+	// SpotOnly returned CanHoldMin), on admitted offerings (MinSpotRun).
 	SpotViable bool
+	// SpotOffered: the same, counting every offering.
+	SpotOffered bool
+	// ChangeRate feeds the deadline policy (ChangeRate).
+	ChangeRate float64
 	Progress   Progress
 	// Changeover is the deadline policy's d; 0 means the model's
 	// default interruption cost.
 	Changeover time.Duration
 	// Policy is the deadline policy; nil means DefaultDeadlinePolicy.
 	Policy DeadlinePolicy
+}
+
+// deadlineInput is what the deadline policy of in sees.
+func deadlineInput(in FallbackInput) (DeadlinePolicy, DeadlineInput) {
+	pol := in.Policy
+	if pol == nil {
+		pol = DefaultDeadlinePolicy()
+	}
+	d := in.Changeover
+	if d <= 0 {
+		d = DefaultInterruptionCost
+	}
+	return pol, DeadlineInput{
+		Now: in.Now, Start: in.Progress.Start, Deadline: *in.Fleet.Deadline,
+		Work: in.Fleet.Work, Done: in.Progress.Done, Changeover: d,
+		SpotAvailable: in.SpotViable, SpotOffered: in.SpotOffered || in.SpotViable,
+		ChangeRate: in.ChangeRate, OnDemandActive: in.OnDemandLive > 0,
+	}
+}
+
+// MinSpotRun is the expected run (ExpectedRun) a spot offering needs
+// for a new node of a deadline fleet whose policy admits spot
+// (SpotAdmission); 0 admits every offering.
+func MinSpotRun(in FallbackInput) time.Duration {
+	f := in.Fleet
+	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
+		return 0
+	}
+	pol, din := deadlineInput(in)
+	if a, ok := pol.(SpotAdmission); ok {
+		return a.MinSpotRun(din)
+	}
+	return 0
 }
 
 // DecideCapacity applies the fleet's on-demand fallback policy and returns
@@ -170,23 +237,15 @@ func DecideCapacity(in FallbackInput) (Decision, FallbackState) {
 		if in.Fleet.Deadline == nil {
 			return SpotOnly("deadline fallback without a deadline"), next
 		}
-		pol := in.Policy
-		if pol == nil {
-			pol = DefaultDeadlinePolicy()
-		}
-		d := in.Changeover
-		if d <= 0 {
-			d = DefaultInterruptionCost
-		}
-		dd := pol.Decide(DeadlineInput{
-			Now: in.Now, Start: in.Progress.Start, Deadline: *in.Fleet.Deadline,
-			Work: in.Fleet.Work, Done: in.Progress.Done, Changeover: d,
-			SpotAvailable: in.SpotViable, OnDemandActive: in.OnDemandLive > 0,
-		})
+		pol, din := deadlineInput(in)
+		dd := pol.Decide(din)
+		minRun := MinSpotRun(in)
 		if !dd.UseOnDemand {
-			return SpotOnly("deadline: " + dd.Reason), next
+			d := SpotOnly("deadline: " + dd.Reason)
+			d.MinSpotRun = minRun
+			return d, next
 		}
-		return Decision{Spot: !dd.OnDemandOnly, OnDemand: true, OnDemandLimit: -1, KeepOnDemand: true, Reason: "deadline: " + dd.Reason}, next
+		return Decision{Spot: !dd.OnDemandOnly, OnDemand: true, OnDemandLimit: -1, KeepOnDemand: true, MinSpotRun: minRun, Reason: "deadline: " + dd.Reason}, next
 	default: // FallbackAfter (the spec's default)
 		after := in.Fleet.Placement.FallbackAfter
 		if after <= 0 {

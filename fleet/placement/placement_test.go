@@ -249,6 +249,47 @@ func TestUnavailableStreakRules(t *testing.T) {
 	}
 }
 
+// TestInterruptionStreakSurvivesRelaunch: a spot offering that is
+// interrupted again soon after it was launched on anew is backed off
+// longer each time (a flapping zone); other failures, and interruptions
+// far apart, start over after a successful launch. A kept streak is no
+// failure on file for price moves.
+func TestInterruptionStreakSurvivesRelaunch(t *testing.T) {
+	mins := func(m int) time.Duration { return time.Duration(m) * time.Minute }
+	tests := []struct {
+		name string
+		kind UnavailableKind
+		gap  time.Duration // from the relaunch (at back-off expiry) to the next failure
+		ttl  time.Duration // of that failure
+	}{
+		{"interrupted again 10 min after the relaunch", UnavailableInterrupted, mins(10), mins(20)},
+		{"interrupted again after 59 min", UnavailableInterrupted, mins(59), mins(20)},
+		{"interrupted again after 2 h", UnavailableInterrupted, 2 * time.Hour, mins(10)},
+		{"capacity error after a launch", UnavailableCapacity, mins(10), mins(3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := MarkUnavailable(state.OfferingRecord{Key: "k"}, t0, "first", tt.kind)
+			if !HasFailure(rec) {
+				t.Fatalf("fresh failure not on file")
+			}
+			relaunch := rec.UnavailableUntil
+			rec = RecordLaunch(rec, relaunch)
+			if !Available(rec, relaunch) {
+				t.Fatalf("not available after a launch")
+			}
+			if HasFailure(rec) {
+				t.Fatalf("failure on file after a successful launch: %+v", rec)
+			}
+			at := relaunch.Add(tt.gap)
+			rec = MarkUnavailable(rec, at, "again", tt.kind)
+			if got := rec.UnavailableUntil.Sub(at); got != tt.ttl {
+				t.Fatalf("back-off %s, want %s", got, tt.ttl)
+			}
+		})
+	}
+}
+
 func TestChoose(t *testing.T) {
 	a1 := off("aws", "us-east-1a", "p4d", providers.Spot, 10, -1)
 	a2 := off("aws", "us-east-1a", "p5", providers.Spot, 12, -1)
@@ -420,6 +461,42 @@ func TestDecideCapacity(t *testing.T) {
 			}
 			if tt.wantOD && !d.KeepOnDemand {
 				t.Fatalf("deadline on-demand must not be swapped away: %+v", d)
+			}
+		})
+	}
+}
+
+// TestDecideCapacitySpotAdmission: deadline fleets whose policy admits
+// spot (SpotAdmission) carry its threshold in the decision; other
+// policies and fallback modes admit every offering.
+func TestDecideCapacitySpotAdmission(t *testing.T) {
+	dl := fleet(1, 1)
+	dl.Placement.Fallback = spec.FallbackDeadline
+	deadline := t0.Add(52 * time.Hour)
+	dl.Deadline, dl.Work = &deadline, 48*time.Hour
+	after := fleet(1, 1)
+	d := 12 * time.Minute
+	volatile := SlackValue(4*time.Hour-2*d-d/4, 48*time.Hour, d, 0.5)
+	tests := []struct {
+		name   string
+		fleet  *spec.Fleet
+		policy DeadlinePolicy
+		odLive int
+		want   time.Duration
+	}{
+		{"slack reserve, idle", dl, nil, 0, time.Duration(volatile * float64(d))},
+		{"slack reserve, on on-demand", dl, SlackReserve{}, 1, time.Duration(volatile * float64(2*d))},
+		{"uniform progress", dl, UniformProgress{}, 0, 0},
+		{"after fallback", after, nil, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := FallbackInput{Fleet: tt.fleet, Now: t0, Live: tt.odLive, OnDemandLive: tt.odLive, ChangeRate: 0.5,
+				Changeover: d, Policy: tt.policy, Progress: Progress{Start: t0}}
+			got := MinSpotRun(in)
+			dec, _ := DecideCapacity(in)
+			if got != tt.want || dec.MinSpotRun != tt.want {
+				t.Fatalf("MinSpotRun %s, decision %s, want %s", got, dec.MinSpotRun, tt.want)
 			}
 		})
 	}

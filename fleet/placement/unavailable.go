@@ -99,6 +99,18 @@ func ParseUnavailable(rec state.OfferingRecord) (u Unavailability, ok bool) {
 	return u, true
 }
 
+// HasFailure reports whether rec has a failure on file: one that no
+// successful launch ended. An interruption streak that RecordLaunch kept
+// (updated at or after its back-off ended: the offering was launched on
+// since) does not count.
+func HasFailure(rec state.OfferingRecord) bool {
+	u, ok := ParseUnavailable(rec)
+	if !ok {
+		return false
+	}
+	return u.Kind != UnavailableInterrupted || rec.UpdatedAt.Before(u.Until)
+}
+
 // Available reports whether the offering may be launched at now.
 func Available(rec state.OfferingRecord, now time.Time) bool {
 	return !now.Before(rec.UnavailableUntil)
@@ -144,10 +156,14 @@ func MarkUnavailable(rec state.OfferingRecord, now time.Time, reason string, kin
 
 // RecordLaunch records a successful launch on rec: it counts the launch
 // and ends any failure streak, so the next failure starts from the base
-// TTL again.
+// TTL again — except a streak of interruptions: spot capacity that comes
+// back and goes again within StreakReset is a flapping offering, so its
+// next interruption still doubles the back-off.
 func RecordLaunch(rec state.OfferingRecord, now time.Time) state.OfferingRecord {
 	rec.Launches++
-	rec.UnavailableReason = ""
+	if u, ok := ParseUnavailable(rec); !ok || u.Kind != UnavailableInterrupted {
+		rec.UnavailableReason = ""
+	}
 	if rec.UnavailableUntil.After(now) {
 		rec.UnavailableUntil = now
 	}

@@ -162,6 +162,8 @@ type Plan struct {
 	Capacity  placement.Decision `json:"capacity"`
 	// Fallback is the next fallback state: persist it.
 	Fallback placement.FallbackState `json:"fallback"`
+	// View is the capacity decision with what it rests on (Capacity).
+	View CapacityView `json:"-"`
 	// ScaledUp / ScaledDown: record Now as LastScaleUp / LastScaleDown.
 	ScaledUp   bool `json:"scaled_up,omitempty"`
 	ScaledDown bool `json:"scaled_down,omitempty"`

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -19,6 +20,134 @@ func (pl *planner) liveNodes() []int {
 			out = append(out, i)
 		}
 	}
+	return out
+}
+
+// capacityView is a pass's capacity decision and what it was made from.
+type capacityView struct {
+	dec      placement.Decision
+	fallback placement.FallbackState
+	// base is the placement input every choice of the pass starts from:
+	// offerings marked this pass and spot offerings the deadline policy
+	// does not admit are excluded.
+	base placement.ChooseInput
+	// spot is the spot-only choice on admitted offerings (the spot probe).
+	spot placement.Choice
+	// viable, offered: spot on admitted offerings, on any, can hold
+	// min_nodes.
+	viable, offered bool
+}
+
+// capacity decides which capacity types the pass may launch. It folds
+// this look at the market into the fleet's spot history, asks the
+// deadline policy which spot offerings are worth a new node
+// (placement.MinSpotRun: expected run from the history), probes for a
+// spot placement on those and on all, and applies the fallback policy.
+// live are the indices of the live nodes. prev, when set, is the view of
+// an earlier look at the same nodes, market and records (only the clock
+// moved): its probes stand when the same offerings are excluded.
+func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
+	f := pl.in.Fleet
+	now := pl.now()
+	target := min(max(f.TargetNodes(), 0), f.MaxNodes)
+	var liveOffs []providers.Offering
+	odLive, running, pendingSpot := 0, 0, 0
+	for _, i := range live {
+		n := pl.nodes[i]
+		liveOffs = append(liveOffs, n.Offering)
+		switch {
+		case n.Offering.CapacityType == providers.OnDemand:
+			odLive++
+		case n.State != state.NodeRunning:
+			pendingSpot++
+		}
+		if n.State == state.NodeRunning {
+			running++
+		}
+	}
+	fb, ownSpot := pl.observeSpot(live)
+	fin := placement.FallbackInput{
+		Fleet: f, State: fb, Now: now, Live: len(live), OnDemandLive: odLive,
+		ChangeRate: placement.ChangeRate(fb.Spot, pl.in.Records, now), Progress: pl.in.Progress,
+		Changeover: pl.p.Model.InterruptionCost, Policy: pl.p.Deadline,
+	}
+
+	exclude := map[string]bool{}
+	for k := range pl.marked {
+		exclude[k] = true
+	}
+	base := placement.ChooseInput{
+		Fleet: f, Offerings: pl.in.Offerings, Records: pl.in.Records, Now: now,
+		Model: pl.p.Model, Nodes: liveOffs, Need: max(target-len(live), 0), Target: target,
+		Exclude: exclude, AtBoundary: running == 0, MinImprovement: pl.p.MinImprovement,
+	}
+	admitted := base
+	if minRun := placement.MinSpotRun(fin); minRun > 0 {
+		admitted.Exclude = map[string]bool{}
+		for k := range exclude {
+			admitted.Exclude[k] = true
+		}
+		for _, o := range placement.Filter(f, pl.in.Offerings) {
+			if o.CapacityType == providers.Spot && !ownSpot[o.Key()] && !exclude[o.Key()] &&
+				placement.ExpectedRun(o, fb.Spot, pl.in.Records[o.Key()], now) < minRun {
+				admitted.Exclude[o.Key()] = true
+			}
+		}
+	}
+	cv := capacityView{base: admitted}
+	switch {
+	case !f.Node.Spot:
+		// On-demand only: no spot to probe for.
+	case prev != nil && slices.Equal(prev.Excluded, cv.excluded()):
+		cv.viable, cv.offered = prev.SpotViable, prev.SpotOffered
+	default:
+		// The job's own spot nodes that are not running yet (booting, or
+		// joined and waiting for the round) hold capacity the market no
+		// longer shows as free: spot is available to the job. Otherwise
+		// a policy that wants on-demand while spot is away would retire
+		// the spot node replacing an on-demand one before it takes over,
+		// see its capacity free again and launch it again — every pass.
+		viable := func(c placement.Choice) bool {
+			return c.CanHoldMin && (len(c.Candidates) > 0 || pendingSpot > 0)
+		}
+		probe := func(in placement.ChooseInput) placement.Choice {
+			in.Capacity = placement.SpotOnly("spot probe")
+			return placement.Choose(in)
+		}
+		cv.spot = probe(base)
+		cv.offered = viable(cv.spot)
+		if len(admitted.Exclude) > len(exclude) {
+			cv.spot = probe(admitted)
+		}
+		cv.viable = viable(cv.spot)
+	}
+	fin.SpotViable, fin.SpotOffered = cv.viable, cv.offered
+	cv.dec, cv.fallback = placement.DecideCapacity(fin)
+	return cv
+}
+
+// observeSpot folds this look at the market into the fleet's spot
+// history (placement.ObserveSpot); the fleet's own live spot nodes hold
+// capacity that is up. It returns the new fallback state and those
+// nodes' offering keys.
+func (pl *planner) observeSpot(live []int) (placement.FallbackState, map[string]bool) {
+	own := map[string]bool{}
+	for _, i := range live {
+		if o := pl.nodes[i].Offering; o.CapacityType == providers.Spot {
+			own[o.Key()] = true
+		}
+	}
+	fb := pl.in.Fallback
+	fb.Spot = placement.ObserveSpot(fb.Spot, pl.in.Fleet, pl.in.Offerings, own, pl.now())
+	return fb, own
+}
+
+func (c capacityView) excluded() []string {
+	out := make([]string, 0, len(c.base.Exclude))
+	for k := range c.base.Exclude {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -45,42 +174,23 @@ func (pl *planner) scale() {
 	}
 
 	live := pl.liveNodes()
-	var liveOffs []providers.Offering
-	odLive, inflight, running := 0, 0, 0
+	odLive, inflight := 0, 0
 	for _, i := range live {
 		n := pl.nodes[i]
-		liveOffs = append(liveOffs, n.Offering)
 		if n.Offering.CapacityType == providers.OnDemand {
 			odLive++
 		}
 		if inFlight(n.State) {
 			inflight++
 		}
-		if n.State == state.NodeRunning {
-			running++
-		}
 	}
 	deficit := max(target-len(live), 0)
 
-	exclude := map[string]bool{}
-	for k := range pl.marked {
-		exclude[k] = true
-	}
-	base := placement.ChooseInput{
-		Fleet: f, Offerings: pl.in.Offerings, Records: pl.in.Records, Now: pl.now(),
-		Model: pl.p.Model, Nodes: liveOffs, Need: deficit, Target: target,
-		Exclude: exclude, AtBoundary: running == 0, MinImprovement: pl.p.MinImprovement,
-	}
-	spotIn := base
-	spotIn.Capacity = placement.SpotOnly("spot probe")
-	spotChoice := placement.Choose(spotIn)
-	dec, fb := placement.DecideCapacity(placement.FallbackInput{
-		Fleet: f, State: pl.in.Fallback, Now: pl.now(), Live: len(live), OnDemandLive: odLive,
-		SpotViable: f.Node.Spot && spotChoice.CanHoldMin && len(spotChoice.Candidates) > 0, Progress: pl.in.Progress,
-		Changeover: pl.p.Model.InterruptionCost, Policy: pl.p.Deadline,
-	})
-	pl.plan.Capacity, pl.plan.Fallback = dec, fb
-	choice := spotChoice
+	cv := pl.capacity(live, nil)
+	dec := cv.dec
+	base := cv.base
+	pl.plan.Capacity, pl.plan.Fallback, pl.plan.View = dec, cv.fallback, cv.view()
+	choice := cv.spot
 	onFallback := f.Node.Spot && odLive > 0 && !dec.KeepOnDemand
 	if dec.OnDemand || !dec.Spot || onFallback {
 		in := base
@@ -111,18 +221,25 @@ func (pl *planner) scale() {
 	surplus := len(live) - target
 	swapping := f.Node.Spot && odLive > 0 && !dec.KeepOnDemand
 	switch {
-	case surplus == 1 && swapping:
-		// The surplus node is the spot node replacing an on-demand one (or
-		// the target dropped by one: the on-demand node is the best victim
-		// either way). Retire the on-demand node once nothing is in
-		// flight, i.e. the spot node has joined.
+	case surplus > 0 && surplus <= odLive && swapping:
+		// The surplus nodes are spot nodes replacing on-demand ones (or the
+		// target dropped: on-demand nodes are the best victims either
+		// way). Retire the on-demand nodes once nothing is in flight, i.e.
+		// the spot nodes have joined.
 		if inflight == 0 {
-			if victim := pl.pickVictims(live, 1, colocate, choice.Group, true); len(victim) == 1 {
-				pl.retire(victim[0], "replaced by spot capacity")
+			for _, v := range pl.pickVictims(live, surplus, colocate, choice.Group, providers.OnDemand) {
+				pl.retire(v, "replaced by spot capacity")
 			}
 		}
+	case surplus > 0 && odLive > 0 && dec.KeepOnDemand:
+		// The policy wants on-demand (e.g. its safety net) while spot
+		// nodes are joining to replace on-demand ones: those go first,
+		// wherever they are.
+		pl.shrink(live, surplus, colocate, choice.Group, func(n state.Node) bool {
+			return n.Offering.CapacityType == providers.Spot && n.State != state.NodeRunning
+		})
 	case surplus > 0:
-		pl.shrink(live, surplus, colocate, choice.Group)
+		pl.shrink(live, surplus, colocate, choice.Group, nil)
 	case deficit > 0:
 		// Launches that restore min_nodes or replace nodes lost in this
 		// pass never wait; growth beyond that waits for the cooldowns.
@@ -152,21 +269,54 @@ func (pl *planner) scale() {
 			// MinImprovement, like a move at a rendezvous boundary.
 			in.Nodes, in.Need, in.Target = nil, target, target
 			if mc := placement.Choose(in); mc.Group != "" && mc.Group != choice.Group && len(mc.Launch) == target && mc.Cost <= choice.Cost*(1-pl.minImprovement()) {
-				for _, i := range live {
-					pl.retire(i, "job on on-demand moves to spot in "+mc.Group)
+				// At max_nodes the rendezvous keeps the new nodes out of
+				// the running round (standbys) until the on-demand nodes
+				// leave: those keep training while the spot nodes boot
+				// and go once they joined (the case above), so the move
+				// costs the restart but not the boot. Below max_nodes the
+				// new nodes would be merged into the round across groups:
+				// the on-demand nodes go first.
+				mbb := target == f.MaxNodes
+				if !mbb {
+					for _, i := range live {
+						pl.retire(i, "job on on-demand moves to spot in "+mc.Group)
+					}
 				}
-				pl.launch(mc.Launch, target, "placement: on-demand job moves to spot: "+mc.Reason)
+				reason := "placement: on-demand job moves to spot: " + mc.Reason
+				if mbb {
+					reason += "; replaces the on-demand nodes once joined"
+				}
+				pl.launch(mc.Launch, target, reason)
 			}
 		}
 	}
 	pl.plan.Live = len(pl.liveNodes())
 }
 
-// shrink retires surplus nodes. Nodes that are not running go at once
-// (no round changes); draining running nodes restarts the round, so that
-// part waits for the cooldowns.
-func (pl *planner) shrink(live []int, surplus int, colocate spec.Colocate, group string) {
-	victims := pl.pickVictims(live, surplus, colocate, group, false)
+// shrink retires surplus nodes, those matching first (when set) before
+// the rest. Nodes that are not running go at once (no round changes);
+// draining running nodes restarts the round, so that part waits for the
+// cooldowns.
+func (pl *planner) shrink(live []int, surplus int, colocate spec.Colocate, group string, first func(state.Node) bool) {
+	var victims []int
+	if first != nil {
+		var firsts []int
+		for _, i := range live {
+			if first(pl.nodes[i]) {
+				firsts = append(firsts, i)
+			}
+		}
+		victims = pl.pickVictims(firsts, surplus, colocate, group, "")
+	}
+	taken := map[int]bool{}
+	for _, v := range victims {
+		taken[v] = true
+	}
+	for _, v := range pl.pickVictims(live, len(live), colocate, group, "") {
+		if len(victims) < surplus && !taken[v] {
+			victims = append(victims, v)
+		}
+	}
 	cool := pl.now().Sub(pl.in.LastScaleUp) < pl.p.ScaleDownCooldown || pl.now().Sub(pl.in.LastScaleDown) < pl.p.ScaleDownCooldown
 	for _, i := range victims {
 		if pl.nodes[i].State == state.NodeRunning {
@@ -180,12 +330,12 @@ func (pl *planner) shrink(live []int, surplus int, colocate spec.Colocate, group
 }
 
 // pickVictims orders live nodes for removal: outside the job's group
-// first, then not yet running, then most expensive, then newest; with
-// onDemandOnly, only on-demand nodes qualify.
-func (pl *planner) pickVictims(live []int, n int, colocate spec.Colocate, group string, onDemandOnly bool) []int {
+// first, then not yet running, then most expensive, then newest; with ct
+// set, only nodes of that capacity type qualify.
+func (pl *planner) pickVictims(live []int, n int, colocate spec.Colocate, group string, ct providers.CapacityType) []int {
 	var cands []int
 	for _, i := range live {
-		if onDemandOnly && pl.nodes[i].Offering.CapacityType != providers.OnDemand {
+		if ct != "" && pl.nodes[i].Offering.CapacityType != ct {
 			continue
 		}
 		cands = append(cands, i)
@@ -294,4 +444,68 @@ func (pl *planner) minImprovement() float64 {
 		return pl.p.MinImprovement
 	}
 	return placement.DefaultMinImprovement
+}
+
+// CapacityView is the capacity decision a pass would make, with what it
+// rests on beyond the Decision: fleetd sim compares views to skip passes
+// that would plan nothing new.
+type CapacityView struct {
+	Decision placement.Decision
+	Fallback placement.FallbackState
+	// SpotViable and SpotOffered: a spot placement on admitted offerings,
+	// and on any, can hold min_nodes.
+	SpotViable, SpotOffered bool
+	// Excluded are the offering keys no placement of the pass may use.
+	Excluded []string
+}
+
+// Same reports whether a pass at v would choose as one at o did: the
+// same capacity types, limits and history, and the same offerings to
+// choose from. MinSpotRun and the reasons may differ.
+func (v CapacityView) Same(o CapacityView) bool {
+	a, b := v.Decision, o.Decision
+	return a.Spot == b.Spot && a.OnDemand == b.OnDemand && a.OnDemandLimit == b.OnDemandLimit &&
+		a.KeepOnDemand == b.KeepOnDemand && v.Fallback.Equal(o.Fallback) &&
+		v.SpotViable == o.SpotViable && v.SpotOffered == o.SpotOffered && slices.Equal(v.Excluded, o.Excluded)
+}
+
+// Capacity is the capacity decision a pass at in would make, for a live
+// fleet whose nodes need no lifecycle step (the state after a pass that
+// changed nothing). prev, when set, is the view at the same nodes,
+// market and records, only earlier: its spot probes are reused when the
+// same offerings are excluded.
+func Capacity(in Input, prev *CapacityView) CapacityView {
+	pl := newReadOnlyPlanner(in)
+	if pl == nil {
+		return CapacityView{Fallback: in.Fallback}
+	}
+	return pl.capacity(pl.liveNodes(), prev).view()
+}
+
+func (c capacityView) view() CapacityView {
+	return CapacityView{Decision: c.dec, Fallback: c.fallback, SpotViable: c.viable, SpotOffered: c.offered, Excluded: c.excluded()}
+}
+
+// ObserveSpot is the fallback state a pass at in would persist when it
+// decides nothing new: the fleet's spot history with this look at the
+// market folded in.
+func ObserveSpot(in Input) placement.FallbackState {
+	pl := newReadOnlyPlanner(in)
+	if pl == nil {
+		return in.Fallback
+	}
+	fb, _ := pl.observeSpot(pl.liveNodes())
+	return fb
+}
+
+// newReadOnlyPlanner is a planner over in's nodes for the read-only views
+// above; nil for a fleet being removed.
+func newReadOnlyPlanner(in Input) *planner {
+	if in.Fleet == nil || in.Destroying {
+		return nil
+	}
+	pl := &planner{in: in, p: in.Params.withDefaults(in.Fleet), name: in.Fleet.Name, marked: map[string]bool{}}
+	pl.nodes = append([]state.Node(nil), in.Nodes...)
+	sort.Slice(pl.nodes, func(i, j int) bool { return pl.nodes[i].ID < pl.nodes[j].ID })
+	return pl
 }

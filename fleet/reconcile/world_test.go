@@ -44,6 +44,7 @@ type world struct {
 	listFail  map[string]bool
 
 	fallback      placement.FallbackState
+	progress      placement.Progress
 	lastUp        time.Time
 	lastDown      time.Time
 	bootDelay     time.Duration
@@ -127,7 +128,7 @@ func (w *world) input() Input {
 		Nodes: nodes, Instances: insts, ObservedOK: ok, Offerings: market, Records: recs,
 		Notices: append([]interruption.Notice(nil), w.notices...), Joined: copyMap(w.joined), InRound: copyMap(w.inRound),
 		Now: w.now, StartedAt: w.started, LastScaleUp: w.lastUp, LastScaleDown: w.lastDown,
-		Fallback: w.fallback, NewNodeID: w.newID, Params: w.params,
+		Fallback: w.fallback, Progress: w.progress, NewNodeID: w.newID, Params: w.params,
 	}
 }
 
@@ -277,19 +278,30 @@ func (w *world) tick(d time.Duration) {
 			}
 		}
 	}
-	// A round: every joined live node, once at least min_nodes joined.
-	var members []string
+	// A round: the joined live nodes, once at least min_nodes joined, up
+	// to max_nodes; members of the current round keep their seats, later
+	// joiners wait as standbys while it is full.
+	var stay, wait []string
 	for id := range w.joined {
 		if n, ok := w.nodes[id]; ok && Live(n.State) {
-			members = append(members, id)
+			if w.inRound[id] {
+				stay = append(stay, id)
+			} else {
+				wait = append(wait, id)
+			}
 		}
 	}
+	sort.Strings(stay)
+	sort.Strings(wait)
+	members := append(stay, wait...)
+	if len(members) > w.fleet.MaxNodes {
+		members = members[:w.fleet.MaxNodes]
+	}
+	w.inRound = map[string]bool{}
 	if len(members) >= w.fleet.MinNodes {
 		for _, id := range members {
 			w.inRound[id] = true
 		}
-	} else {
-		w.inRound = map[string]bool{}
 	}
 }
 
@@ -315,8 +327,8 @@ func (w *world) check() {
 		}
 	}
 	limit := w.fleet.MaxNodes
-	if od > 0 && w.fleet.Node.Spot {
-		limit++ // one spot node may stand in for an on-demand node while it joins
+	if w.fleet.Node.Spot {
+		limit += od // a spot node may stand in for each on-demand node while it joins
 	}
 	if live > limit {
 		w.t.Fatalf("%s: %d live nodes > %d allowed\n%s", w.now.Sub(t0), live, limit, w.dump())

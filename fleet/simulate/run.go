@@ -58,9 +58,7 @@ type runner struct {
 	lastUp         time.Time
 	lastDown       time.Time
 	lastPass       time.Time
-	lastCapacity   placement.Decision
-	lastFallback   placement.FallbackState
-	spotViable     bool
+	lastView       reconcile.CapacityView
 	fixpoint       bool
 	nodeSeq        int
 	instances      []providers.Instance
@@ -144,18 +142,15 @@ func (r *runner) run() Result {
 		if !next.Before(r.hardEnd) {
 			break
 		}
-		due := r.sync() || force || r.exhaustive || !r.fixpoint
-		if !due && market {
-			// With live nodes the market moves swaps and migrations.
-			// Without, a fixpoint waits for spot: only a flip of "can
-			// spot hold min_nodes" (or of the decision) matters.
-			if r.live() > 0 {
-				due = true
-			} else if v := r.probeSpot(r.offeringsNow()); v != r.spotViable {
-				r.spotViable, due = v, true
-			}
-		}
-		if due || r.decisionChanged() {
+		steady := r.steady()
+		switch {
+		case r.sync() || force || r.exhaustive || !r.fixpoint || market && !steady:
+			r.pass()
+		case market:
+			// Steady on spot a pass plans nothing; it would only fold the
+			// market into the fleet's spot history.
+			r.fallback = reconcile.ObserveSpot(r.input())
+		case r.decisionChanged():
 			r.pass()
 		}
 	}
@@ -224,13 +219,14 @@ func (r *runner) next() (time.Time, bool, bool) {
 	}
 	consider(r.prov.NextEvent(), true, false)
 	consider(r.wakeRendezvous, true, false)
+	// Market changes feed the fleet's spot history even when steady.
+	for _, o := range r.market.Offers {
+		consider(o.NextChange(r.now), false, true)
+	}
 	if !r.steady() || r.exhaustive {
 		// Steady on spot, the reconciler's timers can only forget old
 		// records or end back-offs nobody waits for.
 		consider(r.wakeTimer, true, false)
-		for _, o := range r.market.Offers {
-			consider(o.NextChange(r.now), false, true)
-		}
 		// Policy checks on the tick grid: a pass only if the capacity
 		// decision changed (decisionChanged), unless the last pass
 		// still changed things.
@@ -399,16 +395,6 @@ func (r *runner) settle() bool {
 	return true
 }
 
-func (r *runner) live() int {
-	n := 0
-	for _, nd := range r.nodes {
-		if reconcile.Live(nd.State) {
-			n++
-		}
-	}
-	return n
-}
-
 func (r *runner) nodeIndex(id string) int {
 	for i := range r.nodes {
 		if r.nodes[i].ID == id {
@@ -489,11 +475,10 @@ func (r *runner) pass() {
 		}
 	}
 	r.lastPass = r.now
-	r.lastCapacity, r.lastFallback = plan.Capacity, plan.Fallback
 	r.fixpoint = !changed
-	if r.fixpoint && !r.exhaustive {
-		r.spotViable = r.probeSpot(in.Offerings)
-	}
+	// What this pass decided on, for decisionChanged: at a fixpoint the
+	// pass's input is the state now.
+	r.lastView = plan.View
 	r.wakeTimer = r.timers()
 	if r.settle() {
 		r.fixpoint = false
@@ -511,7 +496,7 @@ func (r *runner) record(key string) state.OfferingRecord {
 // execute performs a plan in the controller's order: every action but
 // launches, then the launches. It reports whether anything changed.
 func (r *runner) execute(plan reconcile.Plan) bool {
-	changed := plan.ScaledUp || plan.ScaledDown || plan.Fallback != r.fallback
+	changed := plan.ScaledUp || plan.ScaledDown || !plan.Fallback.Equal(r.fallback)
 	var launches []reconcile.Launch
 	for _, a := range plan.Actions {
 		switch a := a.(type) {
@@ -654,53 +639,12 @@ func (r *runner) timers() time.Time {
 	return t
 }
 
-// probeSpot is the reconciler's spot probe (scale(): Choose with spot
-// only): can a spot placement hold min_nodes? Between passes nothing it
-// reads changes, so it tells decisionChanged the SpotViable the next pass
-// would see.
-func (r *runner) probeSpot(offs []providers.Offering) bool {
-	if !r.fl.Node.Spot {
-		return false
-	}
-	target := min(max(r.fl.TargetNodes(), 0), r.fl.MaxNodes)
-	var liveOffs []providers.Offering
-	running := 0
-	for _, n := range r.nodes {
-		if reconcile.Live(n.State) {
-			liveOffs = append(liveOffs, n.Offering)
-			if n.State == state.NodeRunning {
-				running++
-			}
-		}
-	}
-	ch := placement.Choose(placement.ChooseInput{
-		Fleet: r.fl, Offerings: offs, Records: r.records, Now: r.now, Model: r.params.Model,
-		Nodes: liveOffs, Need: max(target-len(liveOffs), 0), Target: target, Exclude: map[string]bool{},
-		AtBoundary: running == 0, MinImprovement: r.params.MinImprovement, Capacity: placement.SpotOnly("spot probe"),
-	})
-	return ch.CanHoldMin && len(ch.Candidates) > 0
-}
-
-// decisionChanged reports whether the capacity decision (the only input
-// of a pass that moves with the clock alone) differs from the last pass's,
-// when that pass changed nothing. Otherwise a pass is due anyway.
+// decisionChanged reports whether a pass now would decide differently
+// about capacity than the last one, which changed nothing: the deadline
+// policy moves with the clock (slack, work left, the age of spot
+// capacity) between events. Otherwise nothing it reads has changed.
 func (r *runner) decisionChanged() bool {
-	live, od := 0, 0
-	for _, n := range r.nodes {
-		if reconcile.Live(n.State) {
-			live++
-			if n.Offering.CapacityType == providers.OnDemand {
-				od++
-			}
-		}
-	}
-	dec, fb := placement.DecideCapacity(placement.FallbackInput{
-		Fleet: r.fl, State: r.fallback, Now: r.now, Live: live, OnDemandLive: od, SpotViable: r.spotViable,
-		Progress: placement.Progress{Start: r.start, Done: r.done}, Changeover: r.params.Model.InterruptionCost, Policy: r.params.Deadline,
-	})
-	l := r.lastCapacity
-	return dec.Spot != l.Spot || dec.OnDemand != l.OnDemand || dec.OnDemandLimit != l.OnDemandLimit ||
-		dec.KeepOnDemand != l.KeepOnDemand || fb != r.lastFallback
+	return !reconcile.Capacity(r.input(), &r.lastView).Same(r.lastView)
 }
 
 // teardown ends the job: the rendezvous finishes and every instance is
