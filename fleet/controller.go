@@ -705,21 +705,104 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 			replacing = true
 		}
 	}
+	if len(launches) == 0 {
+		return nil
+	}
+	// Every launch's new record (requested) and launch decision
+	// (provisioning) in one durable transaction, before any Create: a
+	// storm's hundreds of launches must not each wait for an fsync.
+	if err := d.update(ctx, func(tx state.Tx) error {
+		for _, l := range launches {
+			if err := launchStartTx(tx, l, now); err != nil {
+				return fmt.Errorf("launch %s: %w", l.Node.ID, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	outcomes := d.groupCommitter(ctx)
+	defer close(outcomes)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 16) // bounds concurrent provider calls
 	for _, l := range launches {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(l reconcile.Launch) {
 			defer wg.Done()
-			defer func() { <-sem }()
-			if err := d.launch(ctx, f, fl, l, now, replacing); err != nil && ctx.Err() == nil {
+			if err := d.launch(ctx, f, fl, l, now, replacing, sem, outcomes); err != nil && ctx.Err() == nil {
 				d.log.Error("launch", "node", l.Node.ID, "err", err)
 			}
 		}(l)
 	}
 	wg.Wait()
 	return nil
+}
+
+// groupedUpdate is a transaction body waiting to be committed with others.
+type groupedUpdate struct {
+	fn   func(state.Tx) error
+	done chan error
+}
+
+// groupCommitter commits the bodies sent on the returned channel until it is
+// closed: whatever queued up during one commit goes into the next, as one
+// durable transaction. If that transaction fails, each body is retried on
+// its own so that one bad body does not fail the others.
+func (d *Daemon) groupCommitter(ctx context.Context) chan<- groupedUpdate {
+	in := make(chan groupedUpdate)
+	go func() {
+		for first := range in {
+			batch := []groupedUpdate{first}
+		drain:
+			for len(batch) < 256 {
+				select {
+				case g, ok := <-in:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, g)
+				default:
+					break drain
+				}
+			}
+			err := d.update(ctx, func(tx state.Tx) error {
+				for _, g := range batch {
+					if err := g.fn(tx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			for _, g := range batch {
+				if err != nil && len(batch) > 1 {
+					g.done <- d.update(ctx, g.fn)
+				} else {
+					g.done <- err
+				}
+			}
+		}
+	}()
+	return in
+}
+
+// launchStartTx stores a launch's new record and its provisioning state.
+func launchStartTx(tx state.Tx, l reconcile.Launch, now time.Time) error {
+	n := l.Node
+	prov := reconcile.StartLaunch(n, now)
+	if !l.Relaunch {
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvent(transitionEvent(n, "", l.Reason)); err != nil {
+			return err
+		}
+	}
+	if err := tx.PutNode(prov); err != nil {
+		return err
+	}
+	_, err := tx.AppendEvent(transitionEvent(prov, n.State, prov.Reason))
+	return err
 }
 
 // onTransition hooks side effects of node state changes.
@@ -765,30 +848,21 @@ func (d *Daemon) setAlerts(ctx context.Context, fleetName string, rt *fleetRunti
 	d.rtMu.Unlock()
 }
 
-// launch executes one Launch action: persist, render user-data, Create,
-// persist the outcome.
-func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool) error {
+// launch executes one Launch action whose start execute has persisted:
+// render user-data, call Create, free its slot in sem, and have outcomes
+// commit the result.
+func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool,
+	sem <-chan struct{}, outcomes chan<- groupedUpdate) error {
 	n := l.Node
 	prov := reconcile.StartLaunch(n, now)
-	// The new record (requested) and the launch decision (provisioning) in
-	// one durable transaction, before Create is called.
-	if err := d.update(ctx, func(tx state.Tx) error {
-		if !l.Relaunch {
-			if err := tx.PutNode(n); err != nil {
-				return err
-			}
-			if _, err := tx.AppendEvent(transitionEvent(n, "", l.Reason)); err != nil {
-				return err
-			}
+	freed := false
+	free := func() {
+		if !freed {
+			freed = true
+			<-sem
 		}
-		if err := tx.PutNode(prov); err != nil {
-			return err
-		}
-		_, err := tx.AppendEvent(transitionEvent(prov, n.State, prov.Reason))
-		return err
-	}); err != nil {
-		return err
 	}
+	defer free()
 	if !l.Relaunch && replacing {
 		d.noteLaunchRequested(f.Name, n.ID, now)
 	}
@@ -807,12 +881,14 @@ func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l re
 		}
 		d.countProviderCall(l.Offering.Provider, "create", err)
 	}
+	free() // the provider call is done: the next launch may start
 	after := d.now()
 	res := reconcile.AfterLaunch(prov, created, err, after)
 	// The outcome, its offering mark and the launch record in one durable
-	// transaction: one fsync after Create, not three (a storm launches
-	// hundreds, and every commit waits for the one before).
-	if perr := d.update(ctx, func(tx state.Tx) error {
+	// transaction, shared with the outcomes of concurrent launches (a
+	// storm launches hundreds, and every commit waits for the one before).
+	done := make(chan error, 1)
+	outcomes <- groupedUpdate{done: done, fn: func(tx state.Tx) error {
 		if err := putNodeTx(tx, res.Node, prov.State, res.Node.Reason); err != nil {
 			return err
 		}
@@ -829,7 +905,8 @@ func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l re
 			return err
 		}
 		return tx.PutOffering(placement.RecordLaunch(rec, after))
-	}); perr != nil {
+	}}
+	if perr := <-done; perr != nil {
 		return perr
 	}
 	if err != nil {
