@@ -120,7 +120,10 @@ func TestCrashDuringScaleUp(t *testing.T) {
 
 			d2 := startDaemon(t, bin, dataDir, addr)
 			var det api.FleetDetail
-			waitUntil(t, "3 nodes with instances and exactly 3 node processes", 30*time.Second, func() bool {
+			// A node killed mid-Create is relaunched only after the 30 s
+			// relaunch delay (its instance may still appear), so the
+			// bound is well above that.
+			waitUntil(t, "3 nodes with instances and exactly 3 node processes", 90*time.Second, func() bool {
 				out, _, code := d2.cli(t, bin, "status", "-json", "crash")
 				if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
 					return false
