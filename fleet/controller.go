@@ -278,7 +278,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			provNames[n.Offering.Provider] = true
 		}
 	}
-	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
+	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Finished: f.Completed && !f.Destroying, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
 		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
 		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
 		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: d.params}

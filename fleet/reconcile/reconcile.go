@@ -108,6 +108,9 @@ type Input struct {
 	// Fleet is the decoded spec; nil (fleet deleted) or Destroying scales to 0.
 	Fleet      *spec.Fleet
 	Destroying bool
+	// Finished says the teardown is because the training job ended (only
+	// reasons differ from a destroy).
+	Finished bool
 	// Name is the fleet name; required when Fleet is nil.
 	Name       string
 	Generation int64
@@ -543,6 +546,16 @@ func (pl *planner) lifecycle(i int) {
 			}
 		}
 	case state.NodeBooting, state.NodeJoined, state.NodeRunning:
+		if listOK && pl.lost(n, inst, found) && pl.in.Destroying {
+			// During a teardown, nodes power off on their own (an agent
+			// whose job finished ends its VM): an end, not a loss, and no
+			// interruption to hold against the offering.
+			pl.move(i, state.NodeTerminated, "instance ended: "+pl.teardownReason(), nil)
+			if found && inst.State != providers.StateTerminated {
+				pl.terminate(pl.nodes[i], inst.ID, pl.teardownReason())
+			}
+			return
+		}
 		if listOK && pl.lost(n, inst, found) {
 			why := "instance vanished without notice"
 			if found {
@@ -671,4 +684,12 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// teardownReason names why a fleet is scaled to zero.
+func (pl *planner) teardownReason() string {
+	if pl.in.Finished {
+		return "job finished"
+	}
+	return "fleet destroyed"
 }

@@ -872,3 +872,43 @@ func (w *world) crashApply(p Plan, k int) {
 	}
 	w.apply(Plan{Fallback: p.Fallback})
 }
+
+// TestVanishedDuringTeardown: nodes whose instances end on their own while
+// the fleet is torn down (a finished job powers its VMs off) end as
+// terminated with the teardown's reason, and count no interruption.
+func TestVanishedDuringTeardown(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		destroying, finish bool
+		wantState          state.NodeState
+		wantReason         string
+		wantMarks          int
+	}{
+		{"running fleet: a loss", false, false, state.NodeFailed, "lost", 1},
+		{"job finished", true, true, state.NodeTerminated, "instance ended: job finished", 0},
+		{"fleet destroyed", true, false, state.NodeTerminated, "instance ended: fleet destroyed", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := offering("us-east-1a", "p4d", providers.Spot, 10)
+			w := newWorld(t, testFleet(2, 2), a)
+			w.settle(step, 200)
+			victim := w.nodes["n001"]
+			w.deleteInstance(victim.InstanceID)
+			in := w.input()
+			in.Destroying, in.Finished = tc.destroying, tc.finish
+			p := Reconcile(in)
+			var got *Transition
+			for _, tr := range actionsOf[Transition](p) {
+				if tr.Node.ID == victim.ID {
+					got = &tr
+				}
+			}
+			if got == nil || got.To != tc.wantState || !strings.Contains(got.Reason, tc.wantReason) {
+				t.Fatalf("transition of %s = %+v; want %s (%q): %v", victim.ID, got, tc.wantState, tc.wantReason, p.Actions)
+			}
+			if mk := actionsOf[MarkUnavailable](p); len(mk) != tc.wantMarks {
+				t.Fatalf("marks = %v; want %d", mk, tc.wantMarks)
+			}
+		})
+	}
+}

@@ -163,7 +163,7 @@ func (pl *planner) scale() {
 	if target == 0 {
 		// Destroy: everything goes, without cooldowns.
 		for _, i := range pl.liveNodes() {
-			pl.retire(i, "fleet destroyed")
+			pl.retire(i, pl.teardownReason())
 		}
 		pl.plan.Live = 0
 		return
