@@ -550,10 +550,13 @@ func (pl *planner) lifecycle(i int) {
 			// During a teardown, nodes power off on their own (an agent
 			// whose job finished ends its VM): an end, not a loss, and no
 			// interruption to hold against the offering.
-			pl.move(i, state.NodeTerminated, "instance ended: "+pl.teardownReason(), nil)
 			if found && inst.State != providers.StateTerminated {
+				// Stopped but not gone: delete it like any other.
+				pl.move(i, state.NodeTerminating, fmt.Sprintf("instance %s is %s: %s", inst.ID, inst.State, pl.teardownReason()), nil)
 				pl.terminate(pl.nodes[i], inst.ID, pl.teardownReason())
+				return
 			}
+			pl.move(i, state.NodeTerminated, "instance ended: "+pl.teardownReason(), nil)
 			return
 		}
 		if listOK && pl.lost(n, inst, found) {

@@ -880,20 +880,29 @@ func TestVanishedDuringTeardown(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
 		destroying, finish bool
+		stopping           bool // the instance is stopping, not gone
 		wantState          state.NodeState
 		wantReason         string
 		wantMarks          int
+		wantTerminates     int
 	}{
-		{"running fleet: a loss", false, false, state.NodeFailed, "lost", 1},
-		{"job finished", true, true, state.NodeTerminated, "instance ended: job finished", 0},
-		{"fleet destroyed", true, false, state.NodeTerminated, "instance ended: fleet destroyed", 0},
+		{"running fleet: a loss", false, false, false, state.NodeFailed, "lost", 1, 0},
+		{"job finished", true, true, false, state.NodeTerminated, "instance ended: job finished", 0, 0},
+		{"fleet destroyed", true, false, false, state.NodeTerminated, "instance ended: fleet destroyed", 0, 0},
+		{"job finished, instance stopping", true, true, true, state.NodeTerminating, "is stopping: job finished", 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := offering("us-east-1a", "p4d", providers.Spot, 10)
 			w := newWorld(t, testFleet(2, 2), a)
 			w.settle(step, 200)
 			victim := w.nodes["n001"]
-			w.deleteInstance(victim.InstanceID)
+			if tc.stopping {
+				inst := w.instances[victim.InstanceID]
+				inst.State = providers.StateStopping
+				w.instances[victim.InstanceID] = inst
+			} else {
+				w.deleteInstance(victim.InstanceID)
+			}
 			in := w.input()
 			in.Destroying, in.Finished = tc.destroying, tc.finish
 			p := Reconcile(in)
@@ -908,6 +917,15 @@ func TestVanishedDuringTeardown(t *testing.T) {
 			}
 			if mk := actionsOf[MarkUnavailable](p); len(mk) != tc.wantMarks {
 				t.Fatalf("marks = %v; want %d", mk, tc.wantMarks)
+			}
+			terms := 0
+			for _, tm := range actionsOf[Terminate](p) {
+				if tm.InstanceID == victim.InstanceID {
+					terms++
+				}
+			}
+			if terms != tc.wantTerminates {
+				t.Fatalf("terminates of %s = %d; want %d: %v", victim.InstanceID, terms, tc.wantTerminates, p.Actions)
 			}
 		})
 	}
