@@ -53,10 +53,49 @@ func isZombie(pid int) bool {
 }
 
 // killAll SIGKILLs every process matching the needles (test cleanup).
+// killAll kills the matching processes and everything else in their
+// sessions: a node supervisor leads its node's session, and its agent and
+// workers must not outlive a test that failed half-way.
 func killAll(needles ...string) {
+	own, _ := sessionOf(os.Getpid())
+	sids := map[int]bool{}
 	for _, pid := range procsMatching(needles...) {
+		if sid, ok := sessionOf(pid); ok && sid > 0 && sid != own {
+			sids[sid] = true
+		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	if len(sids) == 0 {
+		return
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if sid, ok := sessionOf(pid); ok && sids[sid] {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// sessionOf reads a process's session id from /proc/PID/stat.
+func sessionOf(pid int) (int, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, false
+	}
+	sid, err := strconv.Atoi(f[3]) // state, ppid, pgrp, session
+	return sid, err == nil
 }
 
 const crashSpec = `
