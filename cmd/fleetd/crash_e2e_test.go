@@ -147,15 +147,28 @@ func TestCrashDuringScaleUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-d.done
-			// Pdeathsig takes the plugin down with the daemon.
-			waitUntil(t, "plugin processes gone", 5*time.Second, func() bool {
+			// Pdeathsig takes the plugin down with the daemon. The bound is
+			// generous: a SIGKILLed process still finishes an fsync in
+			// progress, which takes seconds when CI's test packages all
+			// write at once.
+			var survivors []string
+			gone := func() bool {
+				survivors = survivors[:0]
 				for _, pid := range plugins {
 					if !isZombie(pid) && syscall.Kill(pid, 0) == nil {
-						return false
+						st, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+						survivors = append(survivors, strings.TrimSpace(string(st)))
 					}
 				}
-				return true
-			})
+				return len(survivors) == 0
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for !gone() && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !gone() {
+				t.Fatalf("plugin processes outlived the SIGKILLed daemon by 30 s: %q", survivors)
+			}
 
 			d2 := startDaemon(t, bin, dataDir, addr)
 			var det api.FleetDetail
