@@ -568,7 +568,14 @@ func injectFault(t *testing.T, rng *rand.Rand, d *chaosDaemon, kind faultKind, b
 			}
 			f.instance = "" // the node stays
 			f.pid, f.target = w, fmt.Sprintf("%s (worker pid %d)", n.ID, w)
-			return f, true, syscall.Kill(w, syscall.SIGKILL)
+			if err := syscall.Kill(w, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+				// It ended between the scan and the kill (a round change
+				// restarts workers): nothing injected, try again later.
+				return f, false, nil
+			} else if err != nil {
+				return f, false, err
+			}
+			return f, true, nil
 		default:
 			lead := randDur(rng, 3*time.Second, 8*time.Second)
 			f.target = fmt.Sprintf("%s (lead %s)", n.ID, lead.Round(100*time.Millisecond))

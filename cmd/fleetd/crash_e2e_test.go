@@ -80,6 +80,24 @@ func killAll(needles ...string) {
 	}
 }
 
+// parentOf reads a process's parent pid from /proc/PID/stat (0 if gone).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
 // sessionOf reads a process's session id from /proc/PID/stat.
 func sessionOf(pid int) (int, bool) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
@@ -142,7 +160,13 @@ func TestCrashDuringScaleUp(t *testing.T) {
 				t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
 			}
 			time.Sleep(killAfter)
-			plugins := procsMatching(bin, "plugin provider local")
+			// Only this daemon's own plugins: children of its process.
+			var plugins []int
+			for _, pid := range procsMatching(bin, "plugin provider local") {
+				if parentOf(pid) == d.cmd.Process.Pid {
+					plugins = append(plugins, pid)
+				}
+			}
 			if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
