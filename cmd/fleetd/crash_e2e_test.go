@@ -52,68 +52,27 @@ func isZombie(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
 
-// killAll SIGKILLs every process matching the needles (test cleanup).
 // killAll kills the matching processes and everything else in their
 // sessions: a node supervisor leads its node's session, and its agent and
 // workers must not outlive a test that failed half-way.
 func killAll(needles ...string) {
-	own, _ := sessionOf(os.Getpid())
-	sids := map[int]bool{}
+	procs := scanProcs()
+	sidOf := make(map[int]int, len(procs))
+	for _, p := range procs {
+		sidOf[p.pid] = p.sid
+	}
+	own, sids := sidOf[os.Getpid()], map[int]bool{}
 	for _, pid := range procsMatching(needles...) {
-		if sid, ok := sessionOf(pid); ok && sid > 0 && sid != own {
+		if sid := sidOf[pid]; sid > 0 && sid != own {
 			sids[sid] = true
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if len(sids) == 0 {
-		return
-	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if sid, ok := sessionOf(pid); ok && sids[sid] {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, p := range procs {
+		if sids[p.sid] {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// parentOf reads a process's parent pid from /proc/PID/stat (0 if gone).
-func parentOf(pid int) int {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
-// sessionOf reads a process's session id from /proc/PID/stat.
-func sessionOf(pid int) (int, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 4 {
-		return 0, false
-	}
-	sid, err := strconv.Atoi(f[3]) // state, ppid, pgrp, session
-	return sid, err == nil
 }
 
 const crashSpec = `
@@ -162,9 +121,9 @@ func TestCrashDuringScaleUp(t *testing.T) {
 			time.Sleep(killAfter)
 			// Only this daemon's own plugins: children of its process.
 			var plugins []int
-			for _, pid := range procsMatching(bin, "plugin provider local") {
-				if parentOf(pid) == d.cmd.Process.Pid {
-					plugins = append(plugins, pid)
+			for _, p := range scanProcs() {
+				if p.ppid == d.cmd.Process.Pid && strings.Contains(p.cmd, bin) && strings.Contains(p.cmd, "plugin provider local") {
+					plugins = append(plugins, p.pid)
 				}
 			}
 			if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
