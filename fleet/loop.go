@@ -160,6 +160,21 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	}
 }
 
+// signalNotes lists, once each, why a provider's capacity signals are
+// missing (e.g. spot placement scores denied), so `fleetd offerings` says
+// placement runs without them.
+func signalNotes(provider string, offs []providers.Offering) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, o := range offs {
+		if n := o.PlacementScoreNote; n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, fmt.Sprintf("provider %s: %s", provider, n))
+		}
+	}
+	return out
+}
+
 // OfferingsView is one fleet's ranked market view (fleetd offerings).
 type OfferingsView struct {
 	Fleet     string             `json:"fleet"`
@@ -207,6 +222,10 @@ func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
 				v.Notes = append(v.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
 				continue
 			}
+			if len(o) == 0 {
+				v.Notes = append(v.Notes, fmt.Sprintf("provider %s: no offerings: none of its instance types is offered (with a known price) in its regions and zones; check instance_types, regions/zones and subnets", pb.Name))
+			}
+			v.Notes = append(v.Notes, signalNotes(pb.Name, o)...)
 			offs = append(offs, o...)
 		}
 		v.Offerings = placement.Rank(fl, offs, records, d.now(), placement.DefaultModel())

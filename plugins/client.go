@@ -22,6 +22,7 @@ type GRPCClient struct {
 var (
 	_ providers.Provider    = (*GRPCClient)(nil)
 	_ providers.Interrupter = (*GRPCClient)(nil)
+	_ providers.Checker     = (*GRPCClient)(nil)
 )
 
 // NewGRPCClient returns a provider that speaks to the plugin behind cc.
@@ -81,4 +82,18 @@ func (c *GRPCClient) Delete(ctx context.Context, cfg providers.Config, id string
 func (c *GRPCClient) Interrupt(ctx context.Context, cfg providers.Config, id string, info providers.InterruptionInfo) error {
 	_, err := c.rpc.Interrupt(ctx, &providerv1.InterruptRequest{Config: configToPB(cfg), Id: id, Info: interruptionToPB(&info)})
 	return statusToError(ctx, "Interrupt", err)
+}
+
+// Check runs the plugin's preflight; against a provider without one it
+// returns an error matching errors.ErrUnsupported.
+func (c *GRPCClient) Check(ctx context.Context, cfg providers.Config, opts providers.CheckOptions) ([]providers.CheckResult, error) {
+	n, err := toInt32("target_nodes", opts.TargetNodes)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.rpc.Check(ctx, &providerv1.CheckRequest{Config: configToPB(cfg), Quick: opts.Quick, TargetNodes: n})
+	if err != nil {
+		return nil, statusToError(ctx, "Check", err)
+	}
+	return checkResultsFromPB(resp.GetResults()), nil
 }

@@ -97,18 +97,24 @@ func offeringToPB(o providers.Offering) (*providerv1.Offering, error) {
 	if err != nil {
 		return nil, err
 	}
+	score, err := toInt32("placement_score", o.PlacementScore)
+	if err != nil {
+		return nil, err
+	}
 	return &providerv1.Offering{
-		Provider:     o.Provider,
-		Region:       o.Region,
-		Zone:         o.Zone,
-		InstanceType: o.InstanceType,
-		CapacityType: string(o.CapacityType),
-		PricePerHour: o.PricePerHour,
-		Gpus:         gpus,
-		GpuType:      o.GPUType,
-		Vcpus:        vcpus,
-		MemoryGib:    o.MemoryGiB,
-		Available:    avail,
+		PlacementScore:     score,
+		PlacementScoreNote: o.PlacementScoreNote,
+		Provider:           o.Provider,
+		Region:             o.Region,
+		Zone:               o.Zone,
+		InstanceType:       o.InstanceType,
+		CapacityType:       string(o.CapacityType),
+		PricePerHour:       o.PricePerHour,
+		Gpus:               gpus,
+		GpuType:            o.GPUType,
+		Vcpus:              vcpus,
+		MemoryGib:          o.MemoryGiB,
+		Available:          avail,
 	}, nil
 }
 
@@ -125,7 +131,26 @@ func offeringFromPB(o *providerv1.Offering) providers.Offering {
 		VCPUs:        int(o.GetVcpus()),
 		MemoryGiB:    o.GetMemoryGib(),
 		Available:    int(o.GetAvailable()),
+
+		PlacementScore:     int(o.GetPlacementScore()),
+		PlacementScoreNote: o.GetPlacementScoreNote(),
 	}
+}
+
+func checkResultsToPB(rs []providers.CheckResult) []*providerv1.CheckResult {
+	out := make([]*providerv1.CheckResult, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, &providerv1.CheckResult{Check: r.Check, Scope: r.Scope, Status: string(r.Status), Detail: r.Detail, Fix: r.Fix})
+	}
+	return out
+}
+
+func checkResultsFromPB(rs []*providerv1.CheckResult) []providers.CheckResult {
+	out := make([]providers.CheckResult, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, providers.CheckResult{Check: r.GetCheck(), Scope: r.GetScope(), Status: providers.CheckStatus(r.GetStatus()), Detail: r.GetDetail(), Fix: r.GetFix()})
+	}
+	return out
 }
 
 func offeringsToPB(offs []providers.Offering) ([]*providerv1.Offering, error) {

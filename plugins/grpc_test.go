@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -285,5 +286,52 @@ func TestStoppedServerIsTransportError(t *testing.T) {
 	_, err := client.Info(testCtx(t))
 	if !plugins.IsTransportError(err) || !providers.IsTransient(err) {
 		t.Errorf("call to a stopped server: %v, want a transport error of kind transient", err)
+	}
+}
+
+// checking adds a scripted preflight and a placement score to a provider.
+type checking struct {
+	providers.Provider
+	got providers.CheckOptions
+}
+
+func (c *checking) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
+	offs, err := c.Provider.Offerings(ctx, cfg)
+	for i := range offs {
+		offs[i].PlacementScore, offs[i].PlacementScoreNote = 7, "n"
+	}
+	return offs, err
+}
+
+func (c *checking) Check(ctx context.Context, cfg providers.Config, opts providers.CheckOptions) ([]providers.CheckResult, error) {
+	c.got = opts
+	return []providers.CheckResult{
+		{Check: "credentials", Status: providers.CheckOK, Detail: "env"},
+		{Check: "image", Scope: "us-east-1", Status: providers.CheckFailed, Detail: "ami-1 not found", Fix: "set image"},
+		{Check: "quota", Status: providers.CheckUnavailable, Detail: "not served"},
+	}, nil
+}
+
+func TestCheckAndScoresOverGRPC(t *testing.T) {
+	client, _, _ := serveInProcess(t, noInterrupt{providertest.NewMemProvider()})
+	if _, err := client.Check(testCtx(t), providers.Config{}, providers.CheckOptions{}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Check on a provider without it: %v, want errors.ErrUnsupported", err)
+	}
+	cp := &checking{Provider: providertest.NewMemProvider()}
+	client, _, _ = serveInProcess(t, cp)
+	rs, err := client.Check(testCtx(t), providers.Config{}, providers.CheckOptions{Quick: true, TargetNodes: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cp.got.Quick || cp.got.TargetNodes != 5 {
+		t.Errorf("options arrived as %+v", cp.got)
+	}
+	want, _ := cp.Check(testCtx(t), providers.Config{}, providers.CheckOptions{})
+	if !reflect.DeepEqual(rs, want) {
+		t.Errorf("results over gRPC %+v, want %+v", rs, want)
+	}
+	offs, err := client.Offerings(testCtx(t), providers.Config{})
+	if err != nil || len(offs) == 0 || offs[0].PlacementScore != 7 || offs[0].PlacementScoreNote != "n" {
+		t.Errorf("placement score over gRPC: %+v, %v", offs, err)
 	}
 }

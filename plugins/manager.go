@@ -373,6 +373,7 @@ type managedProvider struct {
 var (
 	_ providers.Provider    = (*managedProvider)(nil)
 	_ providers.Interrupter = (*managedProvider)(nil)
+	_ providers.Checker     = (*managedProvider)(nil)
 )
 
 func (mp *managedProvider) usable(p, stale *pluginProcess) bool {
@@ -492,4 +493,8 @@ func (mp *managedProvider) Delete(ctx context.Context, cfg providers.Config, id 
 func (mp *managedProvider) Interrupt(ctx context.Context, cfg providers.Config, id string, info providers.InterruptionInfo) error {
 	_, err := call(ctx, mp, "Interrupt", func(c *GRPCClient) (struct{}, error) { return struct{}{}, c.Interrupt(ctx, cfg, id, info) })
 	return err
+}
+
+func (mp *managedProvider) Check(ctx context.Context, cfg providers.Config, opts providers.CheckOptions) ([]providers.CheckResult, error) {
+	return call(ctx, mp, "Check", func(c *GRPCClient) ([]providers.CheckResult, error) { return c.Check(ctx, cfg, opts) })
 }

@@ -130,3 +130,16 @@ func (s *grpcServer) Interrupt(ctx context.Context, req *providerv1.InterruptReq
 	}
 	return &providerv1.InterruptResponse{}, nil
 }
+
+func (s *grpcServer) Check(ctx context.Context, req *providerv1.CheckRequest) (resp *providerv1.CheckResponse, err error) {
+	defer s.recoverTo("Check", &err)
+	cp, ok := s.p.(providers.Checker)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T has no preflight check", s.p))
+	}
+	rs, err := cp.Check(ctx, configFromPB(req.GetConfig()), providers.CheckOptions{Quick: req.GetQuick(), TargetNodes: int(req.GetTargetNodes())})
+	if err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.CheckResponse{Results: checkResultsToPB(rs)}, nil
+}

@@ -40,6 +40,14 @@ type Offering struct {
 	// Available is the provider's best knowledge of how many more instances
 	// of this offering can be launched now; -1 means unknown (not zero).
 	Available int `json:"available"`
+	// PlacementScore is the cloud's own capacity signal for a spot
+	// offering, 1 (a launch is unlikely to succeed) to 10 (likely), such as
+	// an EC2 spot placement score; 0 means none. Placement weighs it next
+	// to the interruption history it learns itself.
+	PlacementScore int `json:"placement_score,omitempty"`
+	// PlacementScoreNote says why PlacementScore is 0 when the provider
+	// asked for one and could not get it (denied, not served).
+	PlacementScoreNote string `json:"placement_score_note,omitempty"`
 }
 
 // Key identifies an offering independent of its price, e.g. for the

@@ -132,7 +132,7 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 	for _, v := range views {
 		fmt.Fprintf(stdout, "fleet %q\n", v.Fleet)
 		tw := tabwriter.NewWriter(stdout, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tSCORE\tAVAIL\tSTATUS")
+		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tSCORE\tSPS\tAVAIL\tSTATUS")
 		i := 0
 		for _, o := range v.Offerings {
 			if o.Excluded != "" && !*all {
@@ -147,8 +147,12 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 			if o.Offering.Available >= 0 {
 				avail = fmt.Sprint(o.Offering.Available)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
-				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, o.Score, avail, strings.TrimSpace(status))
+			sps := "-"
+			if o.Offering.PlacementScore > 0 {
+				sps = fmt.Sprint(o.Offering.PlacementScore)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
+				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, o.Score, sps, avail, strings.TrimSpace(status))
 		}
 		tw.Flush()
 		for _, n := range v.Notes {

@@ -81,12 +81,18 @@ func (m Model) withDefaults() Model {
 }
 
 // Rate is the expected number of interruptions per hour of running on o:
-// (I + prior.I) / (H + prior.H), from this deployment's own history.
+// (I + prior.I) / (H + prior.H), from this deployment's own history. The
+// cloud's spot placement score, when the offering has one, scales the
+// spot prior (see ScorePriorFactor): it shapes the guess before this
+// deployment has run there, and the learned history outweighs it as hours
+// accumulate.
 func (m Model) Rate(o providers.Offering, rec state.OfferingRecord) float64 {
 	m = m.withDefaults()
 	p := m.SpotPrior
 	if o.CapacityType == providers.OnDemand {
 		p = m.OnDemandPrior
+	} else {
+		p.Interruptions *= ScorePriorFactor(o.PlacementScore)
 	}
 	hours := rec.RunSeconds / 3600
 	if hours < 0 {
@@ -97,6 +103,18 @@ func (m Model) Rate(o providers.Offering, rec state.OfferingRecord) float64 {
 		n = 0
 	}
 	return (n + p.Interruptions) / (hours + p.Hours)
+}
+
+// ScorePriorFactor is how a spot placement score (1–10, 0 = none) scales
+// the spot interruption prior: (11 − score)/5, so a score of 6 leaves the
+// prior as it is, 10 divides it by 5 and 1 doubles it. A pool where a
+// launch is unlikely to succeed is one whose spare capacity is thin, and
+// thin pools are the ones reclaimed first.
+func ScorePriorFactor(score int) float64 {
+	if score < 1 || score > 10 {
+		return 1
+	}
+	return float64(11-score) / 5
 }
 
 // Useful is the fraction of paid time that makes progress when

@@ -25,13 +25,22 @@ type Options struct {
 	// SpotPriceTTL is how long spot prices from DescribeSpotPriceHistory
 	// are reused; default 5 min.
 	SpotPriceTTL time.Duration
-	// InstanceTypeTTL is how long DescribeInstanceTypes answers (GPU,
-	// vCPU, memory; they never change) are reused; default 1 h.
+	// InstanceTypeTTL is how long the catalogue is reused:
+	// DescribeInstanceTypes answers (GPU, vCPU, memory; they never change),
+	// DescribeInstanceTypeOfferings (which zones offer a type) and zone
+	// ids; default 1 h.
 	InstanceTypeTTL time.Duration
 	// ConsistencyWindow is how long after RunInstances the provider
 	// vouches for an instance EC2's Describe calls do not show yet
 	// (eventual consistency); default 2 min.
 	ConsistencyWindow time.Duration
+	// PlacementScoreTTL is how long spot placement scores are reused;
+	// default 30 min.
+	PlacementScoreTTL time.Duration
+	// PlacementScoreRetry is how long after a refused or unserved
+	// GetSpotPlacementScores call the provider asks again; default 1 h
+	// (24 h after EC2's configuration-limit answer).
+	PlacementScoreRetry time.Duration
 	// RetryMaxAttempts bounds the SDK's attempts per call (throttling,
 	// 5xx); default 4.
 	RetryMaxAttempts int
@@ -54,7 +63,11 @@ type Provider struct {
 	clients   map[clientKey]ec2API
 	typeCache map[string]cached[map[string]typeInfo]
 	spotCache map[string]cached[map[string]map[string]float64]
-	recent    map[string]recentLaunch
+	zoneCache map[string]cached[map[string]map[string]bool]
+	// zoneIDCache maps zone ids to names per scope and region.
+	zoneIDCache map[string]cached[map[string]string]
+	scoreCache  map[string]scoreEntry
+	recent      map[string]recentLaunch
 }
 
 type cached[T any] struct {
@@ -83,6 +96,12 @@ func New(opts Options) *Provider {
 	if opts.ConsistencyWindow <= 0 {
 		opts.ConsistencyWindow = DefaultConsistencyWindow
 	}
+	if opts.PlacementScoreTTL <= 0 {
+		opts.PlacementScoreTTL = DefaultPlacementScoreTTL
+	}
+	if opts.PlacementScoreRetry <= 0 {
+		opts.PlacementScoreRetry = DefaultPlacementScoreRetry
+	}
 	if opts.RetryMaxAttempts <= 0 {
 		opts.RetryMaxAttempts = DefaultRetryMaxAttempts
 	}
@@ -100,7 +119,11 @@ func New(opts Options) *Provider {
 		clients:   map[clientKey]ec2API{},
 		typeCache: map[string]cached[map[string]typeInfo]{},
 		spotCache: map[string]cached[map[string]map[string]float64]{},
-		recent:    map[string]recentLaunch{},
+		zoneCache: map[string]cached[map[string]map[string]bool]{},
+
+		zoneIDCache: map[string]cached[map[string]string]{},
+		scoreCache:  map[string]scoreEntry{},
+		recent:      map[string]recentLaunch{},
 	}
 }
 

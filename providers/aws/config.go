@@ -28,6 +28,9 @@ type block struct {
 	Profile           string             `json:"profile"`
 	Endpoint          string             `json:"endpoint"`
 	SQSEndpoint       string             `json:"sqs_endpoint"`
+	// PlacementScoreCapacity is the target capacity (instances) spot
+	// placement scores are asked for; 0 means 1.
+	PlacementScoreCapacity int `json:"placement_score_capacity"`
 }
 
 // decodeBlock decodes and validates a provider block. Every problem is
@@ -72,6 +75,9 @@ func decodeBlock(cfg providers.Config) (block, error) {
 			bad("on_demand_prices: %s = %v, want a price > 0", t, p)
 		}
 	}
+	if b.PlacementScoreCapacity < 0 || b.PlacementScoreCapacity > 10000 {
+		bad("placement_score_capacity: %d, want 1..10000 instances", b.PlacementScoreCapacity)
+	}
 	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}} {
 		if ep.v == "" {
 			continue
@@ -84,6 +90,15 @@ func decodeBlock(cfg providers.Config) (block, error) {
 		return block{}, providers.InvalidConfig(fmt.Errorf("provider %q: %w", Name, errors.Join(errs...)))
 	}
 	return b, nil
+}
+
+// placementScoreCapacity is the target capacity for spot placement
+// scores.
+func (b block) placementScoreCapacity() int {
+	if b.PlacementScoreCapacity <= 0 {
+		return 1
+	}
+	return b.PlacementScoreCapacity
 }
 
 // imageFor is the AMI for region: image_per_region wins over image.

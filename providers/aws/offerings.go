@@ -20,9 +20,12 @@ import (
 // stops paginating must not hang the provider.
 const maxPages = 1000
 
-// productLinux is the spot price product description of Linux instances
-// in a VPC, the only kind fleetd launches.
-const productLinux = "Linux/UNIX"
+// spotProducts are the spot price product descriptions of Linux
+// instances: EC2 reports "Linux/UNIX" for VPC instances today, while
+// accounts from the EC2-Classic era, moto and much other tooling report
+// "Linux/UNIX (Amazon VPC)". fleetd launches only Linux in a VPC, so both
+// mean the same price.
+var spotProducts = []string{"Linux/UNIX", "Linux/UNIX (Amazon VPC)"}
 
 // typeInfo is what DescribeInstanceTypes says about one instance type.
 type typeInfo struct {
@@ -33,9 +36,13 @@ type typeInfo struct {
 	GPUManufacturer string // e.g. "NVIDIA"
 }
 
-// Offerings lists spot and on-demand offerings of every configured
-// instance type in every zone of every configured region where EC2 has a
-// spot price for it (and, when subnets is set, a subnet).
+// Offerings lists the offerings of every configured instance type in every
+// zone of every configured region where EC2 offers the type
+// (DescribeInstanceTypeOfferings) and, when subnets is set, the zone has a
+// subnet. Each such zone has an on-demand offering when an on-demand price
+// is known, and a spot offering when EC2 publishes a spot price there; a
+// type with no spot price in a zone still has its on-demand offering.
+// Spot offerings carry the zone's spot placement score when EC2 gives one.
 func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -68,14 +75,19 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 	if err != nil {
 		return nil, err
 	}
+	where, err := p.typeZones(ctx, client, b, region, spot)
+	if err != nil {
+		return nil, err
+	}
+	scores := p.placementScores(ctx, client, b, region)
 	var out []providers.Offering
 	for _, it := range b.InstanceTypes {
 		info, ok := infos[it]
 		if !ok {
 			continue
 		}
-		zones := make([]string, 0, len(spot[it]))
-		for z := range spot[it] {
+		zones := make([]string, 0, len(where[it]))
+		for z := range where[it] {
 			zones = append(zones, z)
 		}
 		sort.Strings(zones)
@@ -88,9 +100,12 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
 				Available: -1,
 			}
-			s := base
-			s.CapacityType, s.PricePerHour = providers.Spot, spot[it][z]
-			out = append(out, s)
+			if price, ok := spot[it][z]; ok {
+				s := base
+				s.CapacityType, s.PricePerHour = providers.Spot, price
+				s.PlacementScore, s.PlacementScoreNote = scores.score(it, z)
+				out = append(out, s)
+			}
 			if price, ok := b.onDemandPrice(it); ok {
 				od := base
 				od.CapacityType, od.PricePerHour = providers.OnDemand, price
@@ -162,8 +177,9 @@ func toTypeInfo(t types.InstanceTypeInfo) typeInfo {
 	return ti
 }
 
-// spotPrices returns the current Linux/UNIX spot price per instance type
-// and zone in region, from cache when younger than SpotPriceTTL.
+// spotPrices returns the current Linux spot price per instance type and
+// zone in region (the newest entry of either Linux product description),
+// from cache when younger than SpotPriceTTL.
 func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, region string) (map[string]map[string]float64, error) {
 	key := cacheKey(b, region)
 	now := p.opts.Now()
@@ -176,7 +192,7 @@ func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, regio
 	// With StartTime = now EC2 returns, per (type, zone), the price in
 	// effect now (and nothing older), so one short query is enough.
 	in := &ec2.DescribeSpotPriceHistoryInput{
-		ProductDescriptions: []string{productLinux},
+		ProductDescriptions: spotProducts,
 		StartTime:           awssdk.Time(now),
 		MaxResults:          awssdk.Int32(1000),
 	}
@@ -194,7 +210,7 @@ func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, regio
 			return nil, classify("DescribeSpotPriceHistory in "+region, "", err)
 		}
 		for _, sp := range resp.SpotPriceHistory {
-			if sp.ProductDescription != types.RIProductDescription(productLinux) {
+			if !slices.Contains(spotProducts, string(sp.ProductDescription)) {
 				continue
 			}
 			price, err := strconv.ParseFloat(awssdk.ToString(sp.SpotPrice), 64)

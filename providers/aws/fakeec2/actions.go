@@ -167,8 +167,8 @@ func (s *Server) describeSpotPriceHistory(r *region, p params, requestID string)
 
 func (s *Server) describeAvailabilityZones(r *region, requestID string) (any, *apiError) {
 	resp := xmlDescribeAvailabilityZonesResponse{Xmlns: Namespace, RequestID: requestID}
-	for i, z := range r.zones {
-		resp.Zones = append(resp.Zones, xmlAvailabilityZone{ZoneName: z, ZoneID: fmt.Sprintf("use1-az%d", i+1), State: "available", RegionName: r.name, ZoneType: "availability-zone"})
+	for _, z := range r.zones {
+		resp.Zones = append(resp.Zones, xmlAvailabilityZone{ZoneName: z, ZoneID: r.zoneID(z), State: "available", RegionName: r.name, ZoneType: "availability-zone"})
 	}
 	return resp, nil
 }
@@ -227,6 +227,9 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 	}
 	if !slices.Contains(r.zones, zone) {
 		return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Invalid availability zone: [%s]", zone)}
+	}
+	if !r.offers(zone, typ) {
+		return nil, &apiError{Code: "Unsupported", Message: fmt.Sprintf("Your requested instance type (%s) is not supported in your requested Availability Zone (%s).", typ, zone)}
 	}
 	groups := p.list("SecurityGroupId")
 	for _, g := range groups {

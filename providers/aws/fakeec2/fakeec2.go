@@ -80,6 +80,10 @@ type region struct {
 	quota    map[string]int // market → vCPU limit
 	subnets  map[string]string
 	noImages map[string]bool
+	// notOffered: zone|type pairs the zone does not offer.
+	notOffered map[string]bool
+	// scores: zone|type → spot placement score set by a test.
+	scores map[string]int
 }
 
 type spotPrice struct {
@@ -163,6 +167,7 @@ func (s *Server) regionLocked(name string) *region {
 		name: name, zones: zones,
 		inst: map[string]*instance{}, tokens: map[string]*tokenRecord{}, spot: map[string]*spotRequest{},
 		capacity: map[string]int{}, quota: map[string]int{}, subnets: map[string]string{}, noImages: map[string]bool{},
+		notOffered: map[string]bool{}, scores: map[string]int{},
 	}
 	// Seed two history points per (zone, type): an hour-old one and a
 	// current one, so a client must pick the latest, not the first.
@@ -509,6 +514,10 @@ func (s *Server) dispatchLocked(regionName, action string, p params, requestID s
 		return s.describeInstanceTypes(p, requestID)
 	case "DescribeSpotPriceHistory":
 		return s.describeSpotPriceHistory(r, p, requestID)
+	case "DescribeInstanceTypeOfferings":
+		return s.describeInstanceTypeOfferings(r, p, requestID)
+	case "GetSpotPlacementScores":
+		return s.getSpotPlacementScores(p, requestID)
 	case "DescribeAvailabilityZones":
 		return s.describeAvailabilityZones(r, requestID)
 	case "RunInstances":

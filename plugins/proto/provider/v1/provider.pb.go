@@ -216,9 +216,15 @@ type Offering struct {
 	Vcpus        int32   `protobuf:"varint,9,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
 	MemoryGib    float64 `protobuf:"fixed64,10,opt,name=memory_gib,json=memoryGib,proto3" json:"memory_gib,omitempty"`
 	// How many more instances can be launched now; -1 means unknown.
-	Available     int32 `protobuf:"varint,11,opt,name=available,proto3" json:"available,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Available int32 `protobuf:"varint,11,opt,name=available,proto3" json:"available,omitempty"`
+	// The cloud's own capacity signal for spot, 1 (unlikely to launch) to 10
+	// (likely), e.g. an EC2 spot placement score; 0 means none.
+	PlacementScore int32 `protobuf:"varint,12,opt,name=placement_score,json=placementScore,proto3" json:"placement_score,omitempty"`
+	// Why placement_score is 0 when the provider tried to get one (denied,
+	// not served by the endpoint); empty otherwise.
+	PlacementScoreNote string `protobuf:"bytes,13,opt,name=placement_score_note,json=placementScoreNote,proto3" json:"placement_score_note,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Offering) Reset() {
@@ -326,6 +332,20 @@ func (x *Offering) GetAvailable() int32 {
 		return x.Available
 	}
 	return 0
+}
+
+func (x *Offering) GetPlacementScore() int32 {
+	if x != nil {
+		return x.PlacementScore
+	}
+	return 0
+}
+
+func (x *Offering) GetPlacementScoreNote() string {
+	if x != nil {
+		return x.PlacementScoreNote
+	}
+	return ""
 }
 
 type LaunchRequest struct {
@@ -1209,6 +1229,189 @@ func (*InterruptResponse) Descriptor() ([]byte, []int) {
 	return file_provider_v1_provider_proto_rawDescGZIP(), []int{20}
 }
 
+type CheckRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *Config                `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// Only the cheap checks (what `fleetd apply` runs before launching).
+	Quick bool `protobuf:"varint,2,opt,name=quick,proto3" json:"quick,omitempty"`
+	// The fleet's size, for quota checks; 0 means 1.
+	TargetNodes   int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CheckRequest) GetConfig() *Config {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetQuick() bool {
+	if x != nil {
+		return x.Quick
+	}
+	return false
+}
+
+func (x *CheckRequest) GetTargetNodes() int32 {
+	if x != nil {
+		return x.TargetNodes
+	}
+	return 0
+}
+
+type CheckResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Check string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Scope string                 `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// ok, failed or unavailable.
+	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Fix           string `protobuf:"bytes,5,opt,name=fix,proto3" json:"fix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResult) Reset() {
+	*x = CheckResult{}
+	mi := &file_provider_v1_provider_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResult) ProtoMessage() {}
+
+func (x *CheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
+func (*CheckResult) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CheckResult) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *CheckResult) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *CheckResult) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *CheckResult) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *CheckResult) GetFix() string {
+	if x != nil {
+		return x.Fix
+	}
+	return ""
+}
+
+type CheckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CheckResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_provider_v1_provider_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CheckResponse) GetResults() []*CheckResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // ErrorDetail rides in the details of a non-OK gRPC status and carries a
 // typed provider error across the wire. The status code says roughly what
 // happened (capacity and quota share RESOURCE_EXHAUSTED); kind says exactly.
@@ -1229,7 +1432,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1444,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1457,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1308,7 +1511,7 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fConfigSchema\x12=\n" +
 	"\n" +
 	"attributes\x18\x01 \x03(\v2\x1d.fleetd.provider.v1.AttributeR\n" +
-	"attributes\"\xc4\x02\n" +
+	"attributes\"\x9f\x03\n" +
 	"\bOffering\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1322,7 +1525,9 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
 	"memory_gib\x18\n" +
 	" \x01(\x01R\tmemoryGib\x12\x1c\n" +
-	"\tavailable\x18\v \x01(\x05R\tavailable\"\xa3\x02\n" +
+	"\tavailable\x18\v \x01(\x05R\tavailable\x12'\n" +
+	"\x0fplacement_score\x18\f \x01(\x05R\x0eplacementScore\x120\n" +
+	"\x14placement_score_note\x18\r \x01(\tR\x12placementScoreNote\"\xa3\x02\n" +
 	"\rLaunchRequest\x128\n" +
 	"\boffering\x18\x01 \x01(\v2\x1c.fleetd.provider.v1.OfferingR\boffering\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1b\n" +
@@ -1384,14 +1589,26 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x128\n" +
 	"\x04info\x18\x03 \x01(\v2$.fleetd.provider.v1.InterruptionInfoR\x04info\"\x13\n" +
-	"\x11InterruptResponse\"\xa7\x01\n" +
+	"\x11InterruptResponse\"{\n" +
+	"\fCheckRequest\x122\n" +
+	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
+	"\x05quick\x18\x02 \x01(\bR\x05quick\x12!\n" +
+	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\"{\n" +
+	"\vCheckResult\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x10\n" +
+	"\x03fix\x18\x05 \x01(\tR\x03fix\"J\n" +
+	"\rCheckResponse\x129\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.fleetd.provider.v1.CheckResultR\aresults\"\xa7\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x1a\n" +
 	"\boffering\x18\x03 \x01(\tR\boffering\x12:\n" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage2\xbe\x04\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage2\x8c\x05\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.fleetd.provider.v1.InfoRequest\x1a .fleetd.provider.v1.InfoResponse\x12X\n" +
 	"\tOfferings\x12$.fleetd.provider.v1.OfferingsRequest\x1a%.fleetd.provider.v1.OfferingsResponse\x12O\n" +
@@ -1399,7 +1616,8 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x03Get\x12\x1e.fleetd.provider.v1.GetRequest\x1a\x1f.fleetd.provider.v1.GetResponse\x12I\n" +
 	"\x04List\x12\x1f.fleetd.provider.v1.ListRequest\x1a .fleetd.provider.v1.ListResponse\x12O\n" +
 	"\x06Delete\x12!.fleetd.provider.v1.DeleteRequest\x1a\".fleetd.provider.v1.DeleteResponse\x12X\n" +
-	"\tInterrupt\x12$.fleetd.provider.v1.InterruptRequest\x1a%.fleetd.provider.v1.InterruptResponseB?Z=github.com/fleetd/fleetd/plugins/proto/provider/v1;providerv1b\x06proto3"
+	"\tInterrupt\x12$.fleetd.provider.v1.InterruptRequest\x1a%.fleetd.provider.v1.InterruptResponse\x12L\n" +
+	"\x05Check\x12 .fleetd.provider.v1.CheckRequest\x1a!.fleetd.provider.v1.CheckResponseB?Z=github.com/fleetd/fleetd/plugins/proto/provider/v1;providerv1b\x06proto3"
 
 var (
 	file_provider_v1_provider_proto_rawDescOnce sync.Once
@@ -1413,7 +1631,7 @@ func file_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_provider_v1_provider_proto_rawDescData
 }
 
-var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_provider_v1_provider_proto_goTypes = []any{
 	(*Config)(nil),                // 0: fleetd.provider.v1.Config
 	(*Attribute)(nil),             // 1: fleetd.provider.v1.Attribute
@@ -1436,24 +1654,27 @@ var file_provider_v1_provider_proto_goTypes = []any{
 	(*DeleteResponse)(nil),        // 18: fleetd.provider.v1.DeleteResponse
 	(*InterruptRequest)(nil),      // 19: fleetd.provider.v1.InterruptRequest
 	(*InterruptResponse)(nil),     // 20: fleetd.provider.v1.InterruptResponse
-	(*ErrorDetail)(nil),           // 21: fleetd.provider.v1.ErrorDetail
-	nil,                           // 22: fleetd.provider.v1.LaunchRequest.TagsEntry
-	nil,                           // 23: fleetd.provider.v1.Instance.TagsEntry
-	nil,                           // 24: fleetd.provider.v1.ListRequest.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*CheckRequest)(nil),          // 21: fleetd.provider.v1.CheckRequest
+	(*CheckResult)(nil),           // 22: fleetd.provider.v1.CheckResult
+	(*CheckResponse)(nil),         // 23: fleetd.provider.v1.CheckResponse
+	(*ErrorDetail)(nil),           // 24: fleetd.provider.v1.ErrorDetail
+	nil,                           // 25: fleetd.provider.v1.LaunchRequest.TagsEntry
+	nil,                           // 26: fleetd.provider.v1.Instance.TagsEntry
+	nil,                           // 27: fleetd.provider.v1.ListRequest.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
 }
 var file_provider_v1_provider_proto_depIdxs = []int32{
 	1,  // 0: fleetd.provider.v1.ConfigSchema.attributes:type_name -> fleetd.provider.v1.Attribute
 	3,  // 1: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
-	22, // 2: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
-	25, // 3: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
+	25, // 2: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
+	28, // 3: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 4: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
-	23, // 5: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
-	25, // 6: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
+	26, // 5: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
+	28, // 6: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
 	5,  // 7: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
 	2,  // 8: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
-	26, // 9: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
+	29, // 9: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
 	0,  // 10: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
 	3,  // 11: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
 	0,  // 12: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
@@ -1462,31 +1683,35 @@ var file_provider_v1_provider_proto_depIdxs = []int32{
 	0,  // 15: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
 	6,  // 16: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
 	0,  // 17: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
-	24, // 18: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
+	27, // 18: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
 	6,  // 19: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
 	0,  // 20: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
 	0,  // 21: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
 	5,  // 22: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
-	26, // 23: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	7,  // 24: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
-	9,  // 25: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
-	11, // 26: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
-	13, // 27: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
-	15, // 28: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
-	17, // 29: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
-	19, // 30: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
-	8,  // 31: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
-	10, // 32: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
-	12, // 33: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
-	14, // 34: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
-	16, // 35: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
-	18, // 36: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
-	20, // 37: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
-	31, // [31:38] is the sub-list for method output_type
-	24, // [24:31] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	0,  // 23: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
+	22, // 24: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
+	29, // 25: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	7,  // 26: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
+	9,  // 27: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
+	11, // 28: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
+	13, // 29: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
+	15, // 30: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
+	17, // 31: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
+	19, // 32: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
+	21, // 33: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
+	8,  // 34: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
+	10, // 35: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
+	12, // 36: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
+	14, // 37: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
+	16, // 38: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
+	18, // 39: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
+	20, // 40: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
+	23, // 41: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_provider_v1_provider_proto_init() }
@@ -1500,7 +1725,7 @@ func file_provider_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_v1_provider_proto_rawDesc), len(file_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

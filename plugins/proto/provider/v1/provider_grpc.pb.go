@@ -37,6 +37,7 @@ const (
 	Provider_List_FullMethodName      = "/fleetd.provider.v1.Provider/List"
 	Provider_Delete_FullMethodName    = "/fleetd.provider.v1.Provider/Delete"
 	Provider_Interrupt_FullMethodName = "/fleetd.provider.v1.Provider/Interrupt"
+	Provider_Check_FullMethodName     = "/fleetd.provider.v1.Provider/Check"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -56,6 +57,10 @@ type ProviderClient interface {
 	// Interrupt injects an interruption notice. Optional: a provider that
 	// cannot do it answers UNIMPLEMENTED.
 	Interrupt(ctx context.Context, in *InterruptRequest, opts ...grpc.CallOption) (*InterruptResponse, error)
+	// Check is the preflight (`fleetd check`): it verifies credentials,
+	// permissions, images, networks and quotas for a provider block without
+	// launching anything. Optional: UNIMPLEMENTED when the provider has none.
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
 
 type providerClient struct {
@@ -136,6 +141,16 @@ func (c *providerClient) Interrupt(ctx context.Context, in *InterruptRequest, op
 	return out, nil
 }
 
+func (c *providerClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, Provider_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -153,6 +168,10 @@ type ProviderServer interface {
 	// Interrupt injects an interruption notice. Optional: a provider that
 	// cannot do it answers UNIMPLEMENTED.
 	Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error)
+	// Check is the preflight (`fleetd check`): it verifies credentials,
+	// permissions, images, networks and quotas for a provider block without
+	// launching anything. Optional: UNIMPLEMENTED when the provider has none.
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -183,6 +202,9 @@ func (UnimplementedProviderServer) Delete(context.Context, *DeleteRequest) (*Del
 }
 func (UnimplementedProviderServer) Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Interrupt not implemented")
+}
+func (UnimplementedProviderServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -331,6 +353,24 @@ func _Provider_Interrupt_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -365,6 +405,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Interrupt",
 			Handler:    _Provider_Interrupt_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _Provider_Check_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
