@@ -21,5 +21,6 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "placement_score_capacity", Type: providers.TypeNumber, Description: "Instances to ask EC2 spot placement scores for (usually the fleet's size); default 1."},
 	{Name: "profile", Type: providers.TypeString, Description: "Shared config profile; default credential chain when unset."},
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the EC2 endpoint URL (testing, VPC endpoints)."},
+	{Name: "service_quotas_endpoint", Type: providers.TypeString, Description: "Override the Service Quotas endpoint URL used by `fleetd check` (testing, VPC endpoints)."},
 	{Name: "sqs_endpoint", Type: providers.TypeString, Description: "Override the SQS endpoint URL used for interruption_queue (testing, VPC endpoints)."},
 }}

@@ -63,6 +63,7 @@ type Server struct {
 	last     map[string]url.Values
 	lastKey  map[string]string
 	hideNext int
+	denied   map[string]bool
 }
 
 type scriptedError struct{ code, message string }
@@ -84,6 +85,8 @@ type region struct {
 	notOffered map[string]bool
 	// scores: zone|type → spot placement score set by a test.
 	scores map[string]int
+	// noGroups: security group ids RemoveSecurityGroup made unknown.
+	noGroups map[string]bool
 }
 
 type spotPrice struct {
@@ -455,6 +458,10 @@ func (s *Server) Live() []Instance {
 // ServeHTTP answers one EC2 Query request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	requestID := s.newRequestID()
+	if target := req.Header.Get("X-Amz-Target"); strings.HasPrefix(target, "ServiceQuotasV20190624.") {
+		s.serveServiceQuotas(w, req, target)
+		return
+	}
 	if req.Method != http.MethodPost {
 		writeError(w, requestID, &apiError{Code: "InvalidAction", Message: "The EC2 Query API takes POST requests in this fake."})
 		return
@@ -509,7 +516,18 @@ func (s *Server) dispatchLocked(regionName, action string, p params, requestID s
 		return nil, &apiError{Code: "AuthFailure", Message: fmt.Sprintf("AWS was not able to validate the provided access credentials (region %s is not enabled).", regionName)}
 	}
 	s.advanceLocked(r, s.now().UTC())
+	if e := s.preflightLocked(r, action, p); e != nil {
+		return nil, e
+	}
 	switch action {
+	case "DescribeImages":
+		return s.describeImages(r, p, requestID)
+	case "DescribeSubnets":
+		return s.describeSubnets(r, p, requestID)
+	case "DescribeSecurityGroups":
+		return s.describeSecurityGroups(r, p, requestID)
+	case "CreateTags":
+		return nil, &apiError{Code: "InvalidAction", Message: "CreateTags is served only as a dry run by this fake."}
 	case "DescribeInstanceTypes":
 		return s.describeInstanceTypes(p, requestID)
 	case "DescribeSpotPriceHistory":
@@ -587,6 +605,9 @@ func statusFor(code string) int {
 		return http.StatusUnauthorized
 	case "UnauthorizedOperation", "Blocked":
 		return http.StatusForbidden
+	case "DryRunOperation":
+		// EC2 answers a permitted dry run with HTTP 412 and this code.
+		return http.StatusPreconditionFailed
 	}
 	return http.StatusBadRequest
 }

@@ -7,6 +7,7 @@
 // unchanged.
 //
 // It implements what an EventBridge consumer needs: GetQueueUrl,
+// GetQueueAttributes (message counts),
 // ReceiveMessage (MaxNumberOfMessages, long polling with WaitTimeSeconds,
 // visibility timeouts, receipt handles, system attributes), DeleteMessage,
 // and SendMessage for tests to enqueue events.
@@ -257,6 +258,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.receiveMessage(w, r, body)
 	case "DeleteMessage":
 		s.deleteMessage(w, body)
+	case "GetQueueAttributes":
+		s.getQueueAttributes(w, body)
 	default:
 		writeError(w, apiError{code: "UnsupportedOperation", message: op + " is not implemented by fakesqs"})
 	}
@@ -299,6 +302,30 @@ func (s *Server) getQueueURL(w http.ResponseWriter, body []byte, base string) {
 		return
 	}
 	writeJSON(w, map[string]string{"QueueUrl": s.QueueURL(base, in.QueueName)})
+}
+
+// getQueueAttributes answers the message counts (what a preflight reads
+// to prove the queue is readable without consuming a message).
+func (s *Server) getQueueAttributes(w http.ResponseWriter, body []byte) {
+	var in struct {
+		QueueURL string `json:"QueueUrl"`
+	}
+	if e := decode(body, &in); e != nil {
+		writeError(w, *e)
+		return
+	}
+	s.mu.Lock()
+	q, e := s.queueLocked(in.QueueURL)
+	s.mu.Unlock()
+	if e != nil {
+		writeError(w, *e)
+		return
+	}
+	visible, inFlight := s.Counts(q.name)
+	writeJSON(w, map[string]map[string]string{"Attributes": {
+		"ApproximateNumberOfMessages":           strconv.Itoa(visible),
+		"ApproximateNumberOfMessagesNotVisible": strconv.Itoa(inFlight),
+	}})
 }
 
 func md5Hex(s string) string {
