@@ -30,6 +30,7 @@ func (d *Daemon) mountAgentAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/agent/binary", d.agentBinary)
 	mux.HandleFunc("GET /v1/fleets/{fleet}/logs", d.adminAuth(d.fleetLogs))
 	mux.HandleFunc("POST /v1/offerings", d.adminAuth(d.offeringsHandler))
+	mux.HandleFunc("POST /v1/check", d.adminAuth(d.checkHandler))
 	mux.HandleFunc("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.adminAuth(d.interruptNode))
 }
 

@@ -230,6 +230,23 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 	if err != nil {
 		return api.ApplyResponse{}, err
 	}
+	if !req.SkipCheck {
+		// The cheap preflight first: a missing image or a denied launch
+		// permission refuses the apply here, before anything is stored, with
+		// the same rows `fleetd check` prints. It runs outside the
+		// transaction (provider calls are slow), so it checks the plan as of now.
+		var p api.Plan
+		if err := d.store.View(ctx, func(tx state.Tx) error {
+			var err error
+			p, err = d.plan(tx, file)
+			return err
+		}); err != nil {
+			return api.ApplyResponse{}, err
+		}
+		if err := d.preflightApply(ctx, file, p); err != nil {
+			return api.ApplyResponse{}, err
+		}
+	}
 	var resp api.ApplyResponse
 	err = d.update(ctx, func(tx state.Tx) error {
 		p, err := d.plan(tx, file)

@@ -300,6 +300,7 @@ func securityRoutes() []routeCase {
 		{"GET /v1/events", adminOnly, 200, get("/v1/events?since=0&limit=5")},
 		{"GET /v1/fleets/{fleet}/logs", adminOnly, 200, get("/v1/fleets/train/logs?tail=5")},
 		{"POST /v1/offerings", adminOnly, 200, post("/v1/offerings", spec)},
+		{"POST /v1/check", adminOnly, 200, post("/v1/check", spec)},
 		// An invalid kind: authorization is checked first, then nothing is injected.
 		{"POST /v1/fleets/{fleet}/nodes/{node}/interrupt", adminOnly, 400, func(node string) (string, string, []byte) {
 			return http.MethodPost, "/v1/fleets/train/nodes/" + node + "/interrupt", []byte(`{"kind":"not-a-kind"}`)

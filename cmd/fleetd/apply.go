@@ -49,6 +49,10 @@ func specRequest(path string, vars []string, stderr io.Writer) (api.ApplyRequest
 // knows and the CLI does not) like local ones.
 func daemonError(stderr io.Writer, err error) error {
 	var he *api.HTTPError
+	if errors.As(err, &he) && he.Body.Preflight != nil {
+		printCheck(stderr, *he.Body.Preflight)
+		return errors.New(he.Body.Error)
+	}
 	if errors.As(err, &he) && he.Body.Rendered != "" {
 		fmt.Fprint(stderr, he.Body.Rendered)
 		return usageError{errors.New(he.Body.Error)}
@@ -127,14 +131,16 @@ func runApply(args []string, stdout, stderr io.Writer) int {
 	auto := fs.Bool("auto-approve", false, "do not ask for confirmation")
 	wait := fs.Bool("wait", false, "follow progress until every fleet reaches its target")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with -wait: give up after this long")
+	skipCheck := fs.Bool("skip-check", false, "do not run the preflight (fleetd check -quick) before applying")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd apply [-auto-approve] [-wait] [-var NAME=VALUE] [-json] FILE")
+		fmt.Fprintln(stderr, "Usage: fleetd apply [-auto-approve] [-wait] [-skip-check] [-var NAME=VALUE] [-json] FILE")
 		return exitUsage
 	}
 	req, err := specRequest(fs.Arg(0), vars, stderr)
 	if err != nil {
 		return exitCode(stderr, err)
 	}
+	req.SkipCheck = *skipCheck
 	c, err := cf.client()
 	if err != nil {
 		return exitCode(stderr, err)

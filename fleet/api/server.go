@@ -150,7 +150,10 @@ func DecodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var se *SpecError
+	var pe *PreflightError
 	switch {
+	case errors.As(err, &pe):
+		WriteJSON(w, http.StatusPreconditionFailed, Error{Error: pe.Error(), Preflight: &pe.Report})
 	case errors.As(err, &se):
 		WriteJSON(w, http.StatusUnprocessableEntity, Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
 	case errors.Is(err, state.ErrNotFound):

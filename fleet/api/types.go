@@ -4,9 +4,11 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
 )
 
 // APIVersion is bumped on incompatible changes of the /v1 schema.
@@ -24,6 +26,49 @@ type ApplyRequest struct {
 	BaseDir string            `json:"base_dir,omitempty"`
 	Files   map[string]string `json:"files,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// SkipCheck skips apply's preflight (`fleetd apply -skip-check`).
+	SkipCheck bool `json:"skip_check,omitempty"`
+}
+
+// CheckRequest is the body of POST /v1/check: a spec, and whether to run
+// only the cheap checks apply runs.
+type CheckRequest struct {
+	ApplyRequest
+	Quick bool `json:"quick,omitempty"`
+}
+
+// ProviderCheck is the preflight of one provider block of one fleet.
+type ProviderCheck struct {
+	Fleet    string                  `json:"fleet"`
+	Provider string                  `json:"provider"`
+	Results  []providers.CheckResult `json:"results"`
+	// Note says why there are no results (the provider has no preflight,
+	// or could not be started).
+	Note string `json:"note,omitempty"`
+}
+
+// CheckReport is the response of POST /v1/check, and what a refused
+// apply carries in Error.Preflight.
+type CheckReport struct {
+	// OK is false when any result failed.
+	OK        bool            `json:"ok"`
+	Providers []ProviderCheck `json:"providers"`
+}
+
+// PreflightError is returned by Apply when the preflight found a problem:
+// nothing was stored and nothing launched.
+type PreflightError struct{ Report CheckReport }
+
+func (e *PreflightError) Error() string {
+	n := 0
+	for _, p := range e.Report.Providers {
+		for _, r := range p.Results {
+			if r.Status == providers.CheckFailed {
+				n++
+			}
+		}
+	}
+	return fmt.Sprintf("preflight check failed (%d problem(s)); nothing was applied. Fix them, or apply with -skip-check", n)
 }
 
 // Diagnostic is one spec problem, with its position.
@@ -42,6 +87,8 @@ type Error struct {
 	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
 	// Rendered is the diagnostics as text with source snippets, for humans.
 	Rendered string `json:"rendered,omitempty"`
+	// Preflight is the failed preflight that refused an apply.
+	Preflight *CheckReport `json:"preflight,omitempty"`
 }
 
 // PlanAction is what apply would do to one fleet.

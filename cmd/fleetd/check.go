@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"text/tabwriter"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/providers"
+)
+
+func init() {
+	register(command{name: "check", synopsis: "Preflight: prove credentials, permissions, images, networks and quotas for a spec, launching nothing", run: runCheck})
+}
+
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	var vars varFlag
+	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	quick := fs.Bool("quick", false, "only the cheap checks `apply` runs before launching")
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		fmt.Fprintln(stderr, "Usage: fleetd check [-quick] [-var NAME=VALUE] [-json] FILE")
+		fmt.Fprintln(stderr, "Runs each provider block's preflight through the daemon (with its credentials); exit 0 when nothing failed, 1 otherwise.")
+		return exitUsage
+	}
+	req, err := specRequest(rest[0], vars, stderr)
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	var rep api.CheckReport
+	if err := c.Do(context.Background(), http.MethodPost, "/v1/check", nil, api.CheckRequest{ApplyRequest: req, Quick: *quick}, &rep); err != nil {
+		return exitCode(stderr, daemonError(stderr, err))
+	}
+	if cf.json {
+		printJSON(stdout, rep)
+	} else {
+		printCheck(stdout, rep)
+	}
+	if !rep.OK {
+		return exitError
+	}
+	return exitOK
+}
+
+// checkMark is a result's symbol: ✓ ok, ✗ failed, – could not be checked.
+func checkMark(s providers.CheckStatus) string {
+	switch s {
+	case providers.CheckOK:
+		return "✓"
+	case providers.CheckFailed:
+		return "✗"
+	}
+	return "–"
+}
+
+// printCheck renders a preflight report: one block per provider, one row
+// per check, the fix under every row that needs one.
+func printCheck(w io.Writer, rep api.CheckReport) {
+	failed, unavailable := 0, 0
+	for _, pc := range rep.Providers {
+		fmt.Fprintf(w, "fleet %q, provider %q\n", pc.Fleet, pc.Provider)
+		if pc.Note != "" {
+			fmt.Fprintf(w, "  – %s\n", pc.Note)
+		}
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		for _, r := range pc.Results {
+			switch r.Status {
+			case providers.CheckFailed:
+				failed++
+			case providers.CheckUnavailable:
+				unavailable++
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", checkMark(r.Status), r.Check, dash(r.Scope), r.Detail)
+			if r.Status != providers.CheckOK && r.Fix != "" {
+				tw.Flush()
+				fmt.Fprintf(w, "      fix: %s\n", r.Fix)
+			}
+		}
+		tw.Flush()
+	}
+	switch {
+	case failed > 0:
+		fmt.Fprintf(w, "%d check(s) failed", failed)
+	default:
+		fmt.Fprint(w, "All checks passed")
+	}
+	if unavailable > 0 {
+		fmt.Fprintf(w, "; %d could not be checked here (–)", unavailable)
+	}
+	fmt.Fprintln(w, ".")
+}

@@ -1,0 +1,108 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/providers"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
+	"github.com/fleetd/fleetd/providers/aws/fakeec2"
+)
+
+// TestApplyPreflight: apply runs the quick preflight first and refuses,
+// with the same rows `fleetd check` prints, when the image is missing or
+// launching is denied; nothing is stored and nothing launched. -skip-check
+// goes ahead; POST /v1/check reports without launching.
+func TestApplyPreflight(t *testing.T) {
+	dir := t.TempDir()
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "AKIAFLEETDTEST0000", "AWS_SECRET_ACCESS_KEY": "fleetd-test-secret",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": dir + "/config", "AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
+		"AWS_PROFILE": "", "AWS_REGION": "", "AWS_ENDPOINT_URL": "",
+	} {
+		t.Setenv(k, v)
+	}
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2.RemoveImage("us-east-1", "ami-0badbadbadbadbad0")
+	ec2.AddSubnet("subnet-0aaa1111", "us-east-1a")
+	ec2srv := httptest.NewServer(ec2)
+	defer ec2srv.Close()
+	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2})
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: prov}, nil, Options{})
+	ctx := context.Background()
+
+	specFor := func(image, subnet string) string {
+		return fmt.Sprintf(`
+fleet "v100" {
+  min_nodes = 1
+  max_nodes = 1
+  node { gpus = 1 }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = ["p3.2xlarge"]
+    image          = %q
+    subnets        = { "us-east-1a" = %q }
+    endpoint       = %q
+    service_quotas_endpoint = %q
+  }
+  training { command = ["python3", "train.py"] }
+}`, image, subnet, ec2srv.URL, ec2srv.URL)
+	}
+	bad := specFor("ami-0badbadbadbadbad0", "subnet-0dead000")
+	_, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: bad})
+	var he *api.HTTPError
+	if !errors.As(err, &he) || he.StatusCode != http.StatusPreconditionFailed || he.Body.Preflight == nil {
+		t.Fatalf("apply with a missing image: %v, want HTTP 412 with a preflight report", err)
+	}
+	var failed []string
+	for _, pc := range he.Body.Preflight.Providers {
+		for _, r := range pc.Results {
+			if r.Status == providers.CheckFailed {
+				failed = append(failed, r.Check+"@"+r.Scope)
+			}
+		}
+	}
+	if want := "[image@us-east-1 subnet@us-east-1a]"; fmt.Sprint(failed) != want {
+		t.Errorf("failed rows %v, want %s", failed, want)
+	}
+	if !strings.Contains(he.Body.Error, "-skip-check") {
+		t.Errorf("error %q does not say how to skip the check", he.Body.Error)
+	}
+	st, err := td.client.Status(ctx)
+	if err != nil || len(st.Fleets) != 0 {
+		t.Fatalf("after a refused apply: %d fleets stored (%v), want none", len(st.Fleets), err)
+	}
+
+	ec2.Deny("RunInstances")
+	var rep api.CheckReport
+	good := specFor("ami-0123456789abcdef0", "subnet-0aaa1111")
+	if err := td.client.Do(ctx, http.MethodPost, "/v1/check", nil, api.CheckRequest{ApplyRequest: api.ApplyRequest{Filename: "v100.hcl", Source: good}}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Providers) != 1 {
+		t.Fatalf("check with RunInstances denied: %+v, want not OK", rep)
+	}
+	var denied *providers.CheckResult
+	for i, r := range rep.Providers[0].Results {
+		if r.Check == "permission ec2:RunInstances" {
+			denied = &rep.Providers[0].Results[i]
+		}
+	}
+	if denied == nil || denied.Status != providers.CheckFailed || !strings.Contains(denied.Detail, "ec2:RunInstances") {
+		t.Errorf("RunInstances row %+v, want failed naming ec2:RunInstances", denied)
+	}
+	if len(ec2.Live()) != 0 {
+		t.Errorf("%d instances launched by checks", len(ec2.Live()))
+	}
+
+	// -skip-check applies anyway (the launch itself then fails, as denied).
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: good, SkipCheck: true}); err != nil {
+		t.Fatalf("apply -skip-check: %v", err)
+	}
+}
