@@ -122,23 +122,26 @@ func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
 		}
 	}
 
-	// Unlike the other two, the scheduled-events path always exists ("[]"
-	// when empty), so a 404 is an error here.
-	if body, err := w.Client.Get(ctx, PathScheduled); err != nil {
+	// EC2 answers "[]" here when nothing is scheduled, but some IMDS
+	// implementations answer 404; that means no events too, not an error
+	// that Run would report on every poll.
+	if body, err := w.get(ctx, PathScheduled); err != nil {
 		errs = append(errs, err)
-	} else if evs, err := ParseScheduledEvents(body); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, ev := range evs {
-			if ev.Active() {
-				add("maintenance/"+ev.EventID, MaintenanceNotice(ev))
+	} else if body != nil {
+		if evs, err := ParseScheduledEvents(body); err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, ev := range evs {
+				if ev.Active() {
+					add("maintenance/"+ev.EventID, MaintenanceNotice(ev))
+				}
 			}
 		}
 	}
 	return out, errors.Join(errs...)
 }
 
-// get returns (nil, nil) on 404, the normal "nothing scheduled" answer.
+// get returns (nil, nil) on 404, the "nothing scheduled" answer.
 func (w *Watcher) get(ctx context.Context, path string) ([]byte, error) {
 	body, err := w.Client.Get(ctx, path)
 	if errors.Is(err, ErrNotFound) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,5 +123,65 @@ func TestRunSeesInjectedNotice(t *testing.T) {
 	}
 	if err := (&Watcher{}).Run(t.Context(), nil); err == nil || errors.Is(err, context.Canceled) {
 		t.Fatalf("Run without client: %v", err)
+	}
+}
+
+func TestPollScheduledEventsAnswers(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 30, 0, 0, time.UTC)
+	event := `[{"Code":"system-reboot","Description":"scheduled reboot","EventId":"ev-9","NotBefore":"` +
+		at.Format(MaintenanceTimeLayout) + `","NotAfter":"` + at.Add(time.Hour).Format(MaintenanceTimeLayout) + `","State":"active"}]`
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		notices int
+		wantErr bool
+	}{
+		{"empty list", http.StatusOK, "[]", 0, false},
+		{"one active event", http.StatusOK, event, 1, false},
+		// Some IMDS implementations answer 404 instead of "[]".
+		{"404 means no events", http.StatusNotFound, "<html><h1>404 - Not Found</h1></html>", 0, false},
+		{"500 is an error", http.StatusInternalServerError, "internal error", 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := imdsfake.New(imdsfake.Identity{InstanceID: "i-1"}, nil)
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/latest/"+PathScheduled {
+					w.WriteHeader(tc.status)
+					_, _ = w.Write([]byte(tc.body))
+					return
+				}
+				inner.ServeHTTP(w, r)
+			}))
+			defer ts.Close()
+			c, err := NewClient(ts.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			w := &Watcher{Client: c}
+			got, err := w.Poll(t.Context())
+			if (err != nil) != tc.wantErr || len(got) != tc.notices {
+				t.Fatalf("Poll = %d notices, %v; want %d, error %v", len(got), err, tc.notices, tc.wantErr)
+			}
+			var se *StatusError
+			if tc.wantErr && (!errors.As(err, &se) || se.Code != tc.status) {
+				t.Fatalf("Poll error %v, want a StatusError with HTTP %d", err, tc.status)
+			}
+
+			// Run reports every poll's error to OnError, which the agent
+			// logs: a 404 must give it nothing to report, poll after poll.
+			var reported atomic.Int32
+			rw := &Watcher{Client: c, Interval: 5 * time.Millisecond, OnError: func(error) { reported.Add(1) }}
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Millisecond)
+			defer cancel()
+			if err := rw.Run(ctx, func(interruption.Notice) {}); err != nil {
+				t.Fatal(err)
+			}
+			if n := reported.Load(); (n > 0) != tc.wantErr {
+				t.Fatalf("Run reported %d errors, want errors: %v", n, tc.wantErr)
+			}
+		})
 	}
 }
