@@ -39,6 +39,9 @@ type config struct {
 	fleet          string           // providers.Config.Fleet
 	accel          *accelerator     // parsed Accelerators
 	prices         map[string]price // parsed Prices
+
+	// ResourceManagerEndpoint is where `fleetd check` tests permissions.
+	ResourceManagerEndpoint string `json:"resource_manager_endpoint"`
 }
 
 // accelerator is the GPU attached to N1 machine types.
@@ -108,10 +111,13 @@ func decodeConfig(cfg providers.Config) (*config, error) {
 	if c.DiskType != "" && !typeRE.MatchString(c.DiskType) {
 		bad("disk_type: %q is not a disk type name like \"pd-balanced\"", c.DiskType)
 	}
-	if c.Endpoint != "" {
-		u, err := url.Parse(c.Endpoint)
+	for _, e := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"resource_manager_endpoint", c.ResourceManagerEndpoint}} {
+		if e.url == "" {
+			continue
+		}
+		u, err := url.Parse(e.url)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("endpoint: %q is not an http(s) URL", c.Endpoint)
+			bad("%s: %q is not an http(s) URL", e.name, e.url)
 		}
 	}
 	if len(c.Accelerators) > 0 && string(c.Accelerators) != "null" {

@@ -73,14 +73,7 @@ func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
 	if cl, ok := p.clients[c.Endpoint]; ok {
 		return cl, nil
 	}
-	var opts []option.ClientOption
-	if c.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(c.Endpoint))
-		if u, err := url.Parse(c.Endpoint); err == nil && u.Scheme == "http" {
-			opts = append(opts, option.WithoutAuthentication())
-		}
-	}
-	opts = append(opts, p.opts.ClientOptions...)
+	opts := p.clientOptions(c)
 	wrap := func(what string, err error) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("gcp: %s client: %w", what, ctx.Err())
@@ -105,6 +98,27 @@ func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
 	}
 	p.clients[c.Endpoint] = cl
 	return cl, nil
+}
+
+// clientOptions are the options of every Compute Engine client of the
+// block: its endpoint, no credentials for a plain-http one, then the
+// provider's own.
+func (p *Provider) clientOptions(c *config) []option.ClientOption {
+	var opts []option.ClientOption
+	if c.Endpoint != "" {
+		opts = append(opts, option.WithEndpoint(c.Endpoint))
+		if plainHTTP(c.Endpoint) {
+			opts = append(opts, option.WithoutAuthentication())
+		}
+	}
+	return append(opts, p.opts.ClientOptions...)
+}
+
+// plainHTTP reports whether u is an http:// URL: a local fake or proxy,
+// to which no credentials are sent.
+func plainHTTP(u string) bool {
+	pu, err := url.Parse(u)
+	return err == nil && pu.Scheme == "http"
 }
 
 // setup decodes the block and returns its clients.

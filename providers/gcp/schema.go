@@ -22,4 +22,5 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "scopes", Type: providers.TypeListString, Description: "OAuth scopes for the service account."},
 	{Name: "prices", Type: providers.TypeJSON, Description: "Override bundled prices: { \"a3-highgpu-8g\" = { spot = 25.0, on_demand = 88.0 } }."},
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the Compute Engine endpoint URL (testing)."},
+	{Name: "resource_manager_endpoint", Type: providers.TypeString, Description: "Override the Cloud Resource Manager endpoint URL `fleetd check` tests permissions at (default: the public API, or endpoint when that is plain http)."},
 }}

@@ -122,6 +122,7 @@ type Server struct {
 	faults     map[string]*Fault // by zone; "" = every zone
 	requestIDs map[string]*opRec // zone + "/" + requestId
 	stats      Stats
+	check      checkState // preflight world, see check.go
 }
 
 // Stats counts what the fake was asked to do.
@@ -182,13 +183,23 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listOperations)
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation)
 	mux.HandleFunc("POST "+p+"zones/{zone}/operations/{op}/wait", s.waitOperation)
+	s.registerCheck(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The requested URL %s was not found on this server.", r.URL.Path))
 	})
-	s.srv = httptest.NewServer(mux)
+	var h http.Handler = mux
+	if wrapHandler != nil {
+		h = wrapHandler(mux)
+	}
+	s.srv = httptest.NewServer(h)
 	s.URL = s.srv.URL
 	return s
 }
+
+// wrapHandler, set only by this package's tests, wraps every fake's
+// routes so the tests see each response and can probe the routes: they
+// check them all against the published API description.
+var wrapHandler func(*http.ServeMux) http.Handler
 
 // Close shuts the server down.
 func (s *Server) Close() { s.srv.Close() }
