@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"text/tabwriter"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/providers"
@@ -73,7 +72,12 @@ func printCheck(w io.Writer, rep api.CheckReport) {
 		if pc.Note != "" {
 			fmt.Fprintf(w, "  – %s\n", pc.Note)
 		}
-		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		// Column widths by hand: fix lines sit between rows, which would
+		// restart a tabwriter's alignment.
+		wc, ws := 0, 0
+		for _, r := range pc.Results {
+			wc, ws = max(wc, len(r.Check)), max(ws, len(dash(r.Scope)))
+		}
 		for _, r := range pc.Results {
 			switch r.Status {
 			case providers.CheckFailed:
@@ -81,13 +85,11 @@ func printCheck(w io.Writer, rep api.CheckReport) {
 			case providers.CheckUnavailable:
 				unavailable++
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", checkMark(r.Status), r.Check, dash(r.Scope), r.Detail)
+			fmt.Fprintf(w, "  %s  %-*s  %-*s  %s\n", checkMark(r.Status), wc, r.Check, ws, dash(r.Scope), r.Detail)
 			if r.Status != providers.CheckOK && r.Fix != "" {
-				tw.Flush()
 				fmt.Fprintf(w, "      fix: %s\n", r.Fix)
 			}
 		}
-		tw.Flush()
 	}
 	switch {
 	case failed > 0:

@@ -35,9 +35,13 @@ fleet "bert-large" {
       "us-east-1b" = "subnet-0bbb2222"
       "us-west-2a" = "subnet-0ccc3333"
     }
-    security_groups    = ["sg-0123456789abcdef0"] # must allow all traffic between nodes (NCCL)
-    instance_profile   = "fleetd-node"            # read access to the checkpoint bucket
-    interruption_queue = "fleetd-interruptions"   # EventBridge → SQS, for notices the agent misses
+    security_groups = ["sg-0123456789abcdef0"] # must allow all traffic between nodes (NCCL)
+    # Security group ids are regional, like AMIs.
+    security_groups_per_region = {
+      "us-west-2" = ["sg-0fedcba9876543210"]
+    }
+    instance_profile   = "fleetd-node"          # read access to the checkpoint bucket
+    interruption_queue = "fleetd-interruptions" # EventBridge → SQS, for notices the agent misses
   }
 
   training {

@@ -206,16 +206,17 @@ func checkSubnets(ctx context.Context, client ec2API, b block, region string) []
 }
 
 func checkSecurityGroups(ctx context.Context, client ec2API, b block, region string) []providers.CheckResult {
-	if len(b.SecurityGroups) == 0 {
+	groups := b.groupsFor(region)
+	if len(groups) == 0 {
 		return []providers.CheckResult{ok1("security groups", region, "none set: the VPC's default group (nodes must reach each other on all ports)")}
 	}
 	var out []providers.CheckResult
-	for _, g := range b.SecurityGroups {
+	for _, g := range groups {
 		resp, err := client.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: []string{g}})
 		switch {
 		case err != nil && strings.HasPrefix(errCode(err), "InvalidGroup"), err == nil && len(resp.SecurityGroups) == 0:
 			out = append(out, failed("security group", region, g+" not found in "+region,
-				"create it in the subnets' VPC (allow all traffic between its members) and list its id in security_groups"))
+				fmt.Sprintf("security group ids are regional: create one in %s in the subnets' VPC (allowing all traffic between its members) and set security_groups_per_region[%q]", region, region)))
 		case err != nil && isDenied(err):
 			out = append(out, failed("security group", region, "ec2:DescribeSecurityGroups denied", "allow ec2:DescribeSecurityGroups ("+iamDoc+")"))
 		case err != nil:
@@ -253,7 +254,7 @@ func checkPermissions(ctx context.Context, client ec2API, b block, region string
 	}
 	in := &ec2.RunInstancesInput{
 		DryRun: awssdk.Bool(true), ImageId: awssdk.String(b.imageFor(region)), InstanceType: types.InstanceType(b.InstanceTypes[0]),
-		MinCount: awssdk.Int32(1), MaxCount: awssdk.Int32(1), SecurityGroupIds: b.SecurityGroups,
+		MinCount: awssdk.Int32(1), MaxCount: awssdk.Int32(1), SecurityGroupIds: b.groupsFor(region),
 		InstanceMarketOptions: &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot},
 		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeInstance,
 			Tags: []types.Tag{{Key: awssdk.String(providers.TagFleet), Value: awssdk.String("fleetd-check")}}}},

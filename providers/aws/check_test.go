@@ -48,7 +48,7 @@ func TestCheck(t *testing.T) {
 			fixes:  []string{"allow ec2:RunInstances", "iam:PassRole"}},
 		{name: "missing security group", setup: func(f *fakeec2.Server, _ *fakesqs.Server) {
 			f.RemoveSecurityGroup("us-east-1", "sg-0123456789abcdef0")
-		}, failed: []string{"security group@us-east-1"}, fixes: []string{"create it"}},
+		}, failed: []string{"security group@us-east-1"}, fixes: []string{"security_groups_per_region[\"us-east-1\"]"}},
 		{name: "spot quota too low", setup: func(f *fakeec2.Server, _ *fakesqs.Server) { f.SetVCPUQuota("us-west-2", fakeec2.MarketSpot, 96) },
 			failed: []string{"vCPU quota spot P@us-west-2"}, fixes: []string{"--quota-code L-7212CCBC --desired-value 384"}},
 		{name: "type offered nowhere usable", setup: func(f *fakeec2.Server, _ *fakesqs.Server) {

@@ -15,19 +15,23 @@ import (
 
 // block is a decoded `provider "aws"` block (see Schema).
 type block struct {
-	Regions           []string           `json:"regions"`
-	InstanceTypes     []string           `json:"instance_types"`
-	Image             string             `json:"image"`
-	ImagePerRegion    map[string]string  `json:"image_per_region"`
-	Subnets           map[string]string  `json:"subnets"`
-	SecurityGroups    []string           `json:"security_groups"`
-	InstanceProfile   string             `json:"instance_profile"`
-	KeyName           string             `json:"key_name"`
-	InterruptionQueue string             `json:"interruption_queue"`
-	OnDemandPrices    map[string]float64 `json:"on_demand_prices"`
-	Profile           string             `json:"profile"`
-	Endpoint          string             `json:"endpoint"`
-	SQSEndpoint       string             `json:"sqs_endpoint"`
+	Regions        []string          `json:"regions"`
+	InstanceTypes  []string          `json:"instance_types"`
+	Image          string            `json:"image"`
+	ImagePerRegion map[string]string `json:"image_per_region"`
+	Subnets        map[string]string `json:"subnets"`
+	SecurityGroups []string          `json:"security_groups"`
+	// SecurityGroupsPerRegion: security group ids are regional, so a block
+	// spanning regions names each region's groups here; it wins over
+	// security_groups for its regions.
+	SecurityGroupsPerRegion map[string][]string `json:"security_groups_per_region"`
+	InstanceProfile         string              `json:"instance_profile"`
+	KeyName                 string              `json:"key_name"`
+	InterruptionQueue       string              `json:"interruption_queue"`
+	OnDemandPrices          map[string]float64  `json:"on_demand_prices"`
+	Profile                 string              `json:"profile"`
+	Endpoint                string              `json:"endpoint"`
+	SQSEndpoint             string              `json:"sqs_endpoint"`
 	// ServiceQuotasEndpoint overrides the Service Quotas endpoint (`fleetd check`).
 	ServiceQuotasEndpoint string `json:"service_quotas_endpoint"`
 	// PlacementScoreCapacity is the target capacity (instances) spot
@@ -72,6 +76,13 @@ func decodeBlock(cfg providers.Config) (block, error) {
 			bad("subnets: empty subnet id for zone %s", z)
 		}
 	}
+	for r, gs := range b.SecurityGroupsPerRegion {
+		for _, g := range gs {
+			if !strings.HasPrefix(g, "sg-") {
+				bad("security_groups_per_region[%q]: %q is not a security group id (sg-…)", r, g)
+			}
+		}
+	}
 	for t, p := range b.OnDemandPrices {
 		if !(p > 0) {
 			bad("on_demand_prices: %s = %v, want a price > 0", t, p)
@@ -101,6 +112,15 @@ func (b block) placementScoreCapacity() int {
 		return 1
 	}
 	return b.PlacementScoreCapacity
+}
+
+// groupsFor is the security groups for region: security_groups_per_region
+// wins over security_groups.
+func (b block) groupsFor(region string) []string {
+	if g, ok := b.SecurityGroupsPerRegion[region]; ok {
+		return g
+	}
+	return b.SecurityGroups
 }
 
 // imageFor is the AMI for region: image_per_region wins over image.

@@ -49,6 +49,9 @@ var errorKinds = map[string]providers.ErrorKind{
 	"InvalidParameter":            providers.KindInvalidConfig,
 	"MissingParameter":            providers.KindInvalidConfig,
 	"UnauthorizedOperation":       providers.KindInvalidConfig,
+	// EC2 says UnauthorizedOperation when IAM denies a call, moto says
+	// AccessDenied: either way a permission the block's credentials lack.
+	"AccessDenied":                providers.KindInvalidConfig,
 	"AuthFailure":                 providers.KindInvalidConfig,
 	"OptInRequired":               providers.KindInvalidConfig,
 	"Blocked":                     providers.KindInvalidConfig,

@@ -140,8 +140,8 @@ func runInput(b block, req providers.LaunchRequest) (*ec2.RunInstancesInput, err
 	} else {
 		in.Placement = &types.Placement{AvailabilityZone: awssdk.String(off.Zone)}
 	}
-	if len(b.SecurityGroups) > 0 {
-		in.SecurityGroupIds = slices.Clone(b.SecurityGroups)
+	if g := b.groupsFor(off.Region); len(g) > 0 {
+		in.SecurityGroupIds = slices.Clone(g)
 	}
 	if b.InstanceProfile != "" {
 		if strings.HasPrefix(b.InstanceProfile, "arn:") {

@@ -2,6 +2,7 @@ package aws_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
+	"github.com/fleetd/fleetd/providers/aws/motoserver"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -45,6 +47,10 @@ func TestMain(m *testing.M) {
 		aws.Name: func() providers.Provider { return aws.New(testOptions()) },
 	})
 	code := m.Run()
+	if err := motoserver.CloseShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -77,6 +83,9 @@ func newFake(t *testing.T) (*fakeec2.Server, string) {
 	fake := fakeec2.New(fakeec2.Options{Regions: testRegions})
 	for z, sn := range testSubnets {
 		fake.AddSubnet(sn, z)
+	}
+	for region := range testRegions {
+		fake.AddSecurityGroup(region, "sg-0123456789abcdef0")
 	}
 	ts := httptest.NewServer(fake)
 	t.Cleanup(ts.Close)

@@ -14,6 +14,7 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "image_per_region", Type: providers.TypeMapString, Description: "AMI id per region; overrides image."},
 	{Name: "subnets", Type: providers.TypeMapString, Description: "Subnet id per availability zone; zones without a subnet are not used."},
 	{Name: "security_groups", Type: providers.TypeListString, Description: "Security group ids."},
+	{Name: "security_groups_per_region", Type: providers.TypeJSON, Description: "Security group ids per region (ids are regional), e.g. { \"us-west-2\" = [\"sg-…\"] }; wins over security_groups there."},
 	{Name: "instance_profile", Type: providers.TypeString, Description: "IAM instance profile name for nodes."},
 	{Name: "key_name", Type: providers.TypeString, Description: "EC2 key pair name (optional)."},
 	{Name: "interruption_queue", Type: providers.TypeString, Description: "SQS queue (name or URL) fed by EventBridge interruption rules."},

@@ -3,6 +3,7 @@ package providertest_test
 import (
 	"encoding/json"
 	"os"
+	"path"
 	"testing"
 
 	"github.com/fleetd/fleetd/providers"
@@ -64,4 +65,33 @@ func TestMemProviderConformanceOverGRPC(t *testing.T) {
 	providertest.RunOverGRPC(t, providertest.MemName, func(t *testing.T) providers.Config {
 		return providers.Config{Fleet: "conformance"}
 	}, memOptions(t))
+}
+
+// TestSkip checks that Options.Skip skips exactly the named checks.
+func TestSkip(t *testing.T) {
+	tests := []struct {
+		name string
+		skip map[string]string
+	}{
+		{"none", nil},
+		{"one", map[string]string{"CreateIsIdempotent": "the backend ignores idempotency tokens"}},
+		{"two", map[string]string{"ListFiltersByTags": "x", "Interrupt": "y"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ran := map[string]bool{}
+			opts := memOptions(t)
+			opts.Skip = tc.skip
+			providertest.Run(t, func(st *testing.T) (providers.Provider, providers.Config) {
+				ran[path.Base(st.Name())] = true
+				return providertest.NewMemProvider(), providers.Config{Fleet: "conformance"}
+			}, opts)
+			for _, check := range []string{"Info", "CreateIsIdempotent", "ListFiltersByTags", "Interrupt"} {
+				_, skipped := tc.skip[check]
+				if ran[check] == skipped {
+					t.Errorf("check %s ran = %v with Skip %v", check, ran[check], tc.skip)
+				}
+			}
+		})
+	}
 }

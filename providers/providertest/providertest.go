@@ -37,6 +37,11 @@ type Options struct {
 	// CallTimeout bounds every call, so a hung provider fails the test
 	// instead of the whole run. Default: 30s.
 	CallTimeout time.Duration
+	// Skip skips checks by subtest name (e.g. "CreateIsIdempotent"), the
+	// value saying why the check does not apply, for a backend that cannot
+	// honour it (an emulator); the reason shows in the test output. A name
+	// that is no check fails the run.
+	Skip map[string]string
 }
 
 // runTagKey scopes List calls to the instances one subtest launched, so the
@@ -58,6 +63,13 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// check is one subtest of the suite.
+type check struct {
+	name string
+	skip string // non-empty: why the check does not apply
+	fn   func(s *suite)
+}
+
 // Run runs the conformance suite. newProvider is called once per subtest
 // and returns the provider under test and a valid config for it; it
 // registers its own cleanup with t.
@@ -66,11 +78,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) (providers.Provider, provi
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 30 * time.Second
 	}
-	tests := []struct {
-		name string
-		skip string // non-empty: why the check does not apply
-		fn   func(s *suite)
-	}{
+	tests := []check{
 		{name: "Info", fn: (*suite).testInfo},
 		{name: "Offerings", fn: (*suite).testOfferings},
 		{name: "CreateIsIdempotent", fn: (*suite).testCreateIdempotent},
@@ -83,7 +91,18 @@ func Run(t *testing.T, newProvider func(t *testing.T) (providers.Provider, provi
 		{name: "QuotaError", skip: skipIf(opts.QuotaError == nil, "Options.QuotaError"), fn: (*suite).testQuota},
 		{name: "Interrupt", skip: skipIf(!opts.Interrupter, "Options.Interrupter"), fn: (*suite).testInterrupt},
 	}
+	for name, why := range opts.Skip {
+		if !slices.ContainsFunc(tests, func(c check) bool { return c.name == name }) {
+			t.Fatalf("Options.Skip names %q, which is no check of the suite", name)
+		}
+		if why == "" {
+			t.Fatalf("Options.Skip[%q] gives no reason", name)
+		}
+	}
 	for _, tc := range tests {
+		if why := opts.Skip[tc.name]; why != "" && tc.skip == "" {
+			tc.skip = why
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.skip != "" {
 				t.Skip(tc.skip)

@@ -236,6 +236,20 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 		if !strings.HasPrefix(g, "sg-") {
 			return nil, &apiError{Code: "InvalidGroupId.Malformed", Message: fmt.Sprintf("Invalid id: \"%s\" (expecting \"sg-...\")", g)}
 		}
+		if !r.groups[g] {
+			return nil, &apiError{Code: "InvalidGroup.NotFound", Message: fmt.Sprintf("The security group '%s' does not exist", g)}
+		}
+	}
+	// Metadata options as EC2 records them, with its defaults.
+	metaTokens, metaEndpoint, metaHops := "optional", "enabled", 1
+	if v := p.get("MetadataOptions.HttpTokens"); v != "" {
+		metaTokens = v
+	}
+	if v := p.get("MetadataOptions.HttpEndpoint"); v != "" {
+		metaEndpoint = v
+	}
+	if v, ok, err := p.intParam("MetadataOptions.HttpPutResponseHopLimit"); err == nil && ok {
+		metaHops = v
 	}
 	var userData []byte
 	if ud := p.get("UserData"); ud != "" {
@@ -334,6 +348,7 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 			id: id, reservation: resID, imageID: imageID, typ: typ, zone: zone, subnet: subnet,
 			keyName: p.get("KeyName"), profile: firstNonEmpty(p.get("IamInstanceProfile.Name"), p.get("IamInstanceProfile.Arn")),
 			token: token, market: market, groups: groups, tags: cloneTags(tags), userData: userData,
+			metaTokens: metaTokens, metaEndpoint: metaEndpoint, metaHops: metaHops,
 			state: "pending", launched: now, stateAt: now, hidden: s.hideNext,
 			privateIP: fmt.Sprintf("10.0.%d.%d", (s.seq/250)%250, s.seq%250+1),
 		}
@@ -406,6 +421,7 @@ func (s *Server) xmlInstance(in *instance) xmlInstance {
 		Placement: xmlPlacement{AvailabilityZone: in.zone, Tenancy: "default"},
 		SubnetID:  in.subnet, PrivateIPAddress: in.privateIP, Architecture: "x86_64",
 		SpotInstanceRequestID: in.sir, ClientToken: in.token,
+		MetadataOptions: &xmlMetadataOptions{State: "applied", HTTPTokens: in.metaTokens, HopLimit: in.metaHops, HTTPEndpoint: in.metaEndpoint},
 	}
 	if in.subnet != "" {
 		x.VpcID = "vpc-0fa1e0000000000"

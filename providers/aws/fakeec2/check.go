@@ -24,16 +24,21 @@ func (s *Server) Deny(action string) {
 	s.denied[action] = true
 }
 
-// RemoveSecurityGroup makes a security group id unknown in region
-// (InvalidGroup.NotFound). Every well-formed sg-… id exists otherwise.
+// AddSecurityGroup creates a security group in region. Like EC2 (and
+// moto), the fake knows only groups that exist: RunInstances and
+// DescribeSecurityGroups answer InvalidGroup.NotFound for any other id,
+// including another region's.
+func (s *Server) AddSecurityGroup(regionName, groupID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.regionLocked(regionName).groups[groupID] = true
+}
+
+// RemoveSecurityGroup deletes a security group of region.
 func (s *Server) RemoveSecurityGroup(regionName, groupID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.regionLocked(regionName)
-	if r.noGroups == nil {
-		r.noGroups = map[string]bool{}
-	}
-	r.noGroups[groupID] = true
+	delete(s.regionLocked(regionName).groups, groupID)
 }
 
 // dryRunnable are the actions whose DryRun the fake answers after its
@@ -138,7 +143,7 @@ func (s *Server) describeSecurityGroups(r *region, p params, requestID string) (
 		if !strings.HasPrefix(id, "sg-") {
 			return nil, &apiError{Code: "InvalidGroupId.Malformed", Message: fmt.Sprintf("Invalid id: \"%s\" (expecting \"sg-...\")", id)}
 		}
-		if r.noGroups[id] {
+		if !r.groups[id] {
 			return nil, &apiError{Code: "InvalidGroup.NotFound", Message: fmt.Sprintf("The security group '%s' does not exist", id)}
 		}
 		resp.Groups = append(resp.Groups, xmlSecurityGroup{GroupID: id, GroupName: "fleetd-" + id, VpcID: "vpc-0fa4e000", OwnerID: s.opts.OwnerID})

@@ -85,8 +85,8 @@ type region struct {
 	notOffered map[string]bool
 	// scores: zone|type → spot placement score set by a test.
 	scores map[string]int
-	// noGroups: security group ids RemoveSecurityGroup made unknown.
-	noGroups map[string]bool
+	// groups: the security group ids that exist (AddSecurityGroup).
+	groups map[string]bool
 }
 
 type spotPrice struct {
@@ -104,6 +104,8 @@ type tokenRecord struct {
 type instance struct {
 	id, reservation, imageID, typ, zone, subnet, keyName, profile, token string
 	market, sir, privateIP                                               string
+	metaTokens, metaEndpoint                                             string
+	metaHops                                                             int
 	groups                                                               []string
 	tags                                                                 map[string]string
 	userData                                                             []byte
@@ -170,7 +172,7 @@ func (s *Server) regionLocked(name string) *region {
 		name: name, zones: zones,
 		inst: map[string]*instance{}, tokens: map[string]*tokenRecord{}, spot: map[string]*spotRequest{},
 		capacity: map[string]int{}, quota: map[string]int{}, subnets: map[string]string{}, noImages: map[string]bool{},
-		notOffered: map[string]bool{}, scores: map[string]int{},
+		notOffered: map[string]bool{}, scores: map[string]int{}, groups: map[string]bool{},
 	}
 	// Seed two history points per (zone, type): an hour-old one and a
 	// current one, so a client must pick the latest, not the first.

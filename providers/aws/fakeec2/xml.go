@@ -51,26 +51,34 @@ type xmlStateReason struct {
 }
 
 type xmlInstance struct {
-	InstanceID            string          `xml:"instanceId"`
-	ImageID               string          `xml:"imageId"`
-	State                 xmlState        `xml:"instanceState"`
-	PrivateDNSName        string          `xml:"privateDnsName"`
-	KeyName               string          `xml:"keyName,omitempty"`
-	AmiLaunchIndex        int             `xml:"amiLaunchIndex"`
-	InstanceType          string          `xml:"instanceType"`
-	LaunchTime            string          `xml:"launchTime"`
-	Placement             xmlPlacement    `xml:"placement"`
-	SubnetID              string          `xml:"subnetId,omitempty"`
-	VpcID                 string          `xml:"vpcId,omitempty"`
-	PrivateIPAddress      string          `xml:"privateIpAddress,omitempty"`
-	Groups                []xmlGroup      `xml:"groupSet>item"`
-	StateReason           *xmlStateReason `xml:"stateReason,omitempty"`
-	Architecture          string          `xml:"architecture"`
-	IamInstanceProfile    *xmlIamProfile  `xml:"iamInstanceProfile,omitempty"`
-	InstanceLifecycle     string          `xml:"instanceLifecycle,omitempty"`
-	SpotInstanceRequestID string          `xml:"spotInstanceRequestId,omitempty"`
-	ClientToken           string          `xml:"clientToken,omitempty"`
-	Tags                  []xmlTag        `xml:"tagSet>item,omitempty"`
+	InstanceID            string              `xml:"instanceId"`
+	ImageID               string              `xml:"imageId"`
+	State                 xmlState            `xml:"instanceState"`
+	PrivateDNSName        string              `xml:"privateDnsName"`
+	KeyName               string              `xml:"keyName,omitempty"`
+	AmiLaunchIndex        int                 `xml:"amiLaunchIndex"`
+	InstanceType          string              `xml:"instanceType"`
+	LaunchTime            string              `xml:"launchTime"`
+	Placement             xmlPlacement        `xml:"placement"`
+	SubnetID              string              `xml:"subnetId,omitempty"`
+	VpcID                 string              `xml:"vpcId,omitempty"`
+	PrivateIPAddress      string              `xml:"privateIpAddress,omitempty"`
+	Groups                []xmlGroup          `xml:"groupSet>item"`
+	StateReason           *xmlStateReason     `xml:"stateReason,omitempty"`
+	Architecture          string              `xml:"architecture"`
+	IamInstanceProfile    *xmlIamProfile      `xml:"iamInstanceProfile,omitempty"`
+	InstanceLifecycle     string              `xml:"instanceLifecycle,omitempty"`
+	SpotInstanceRequestID string              `xml:"spotInstanceRequestId,omitempty"`
+	ClientToken           string              `xml:"clientToken,omitempty"`
+	Tags                  []xmlTag            `xml:"tagSet>item,omitempty"`
+	MetadataOptions       *xmlMetadataOptions `xml:"metadataOptions,omitempty"`
+}
+
+type xmlMetadataOptions struct {
+	State        string `xml:"state"`
+	HTTPTokens   string `xml:"httpTokens"`
+	HopLimit     int    `xml:"httpPutResponseHopLimit"`
+	HTTPEndpoint string `xml:"httpEndpoint"`
 }
 
 type xmlReservation struct {

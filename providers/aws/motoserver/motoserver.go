@@ -1,21 +1,30 @@
 // Package motoserver runs moto_server (moto, the widely used AWS emulator)
 // for tests: one subprocess on a free loopback port, in its own process
 // group, with helpers that build real aws-sdk-go-v2 clients for it and set
-// up an AWS world (VPC, subnets, security group, AMI, instance profile).
+// up an AWS world (VPC, subnets, security group, AMI, instance profile,
+// IAM users).
 //
 // It is a normal package, not a _test file, so tests of providers/aws,
 // fleet/… and cmd/fleetd can share it; it imports nothing of the daemon.
+// StartT gives a test its own server; Shared gives a test binary one
+// (its TestMain calls CloseShared).
 //
 // A missing moto_server is a test failure, not a skip: moto is part of
 // the machine image. Set FLEETD_NO_MOTO=1 to skip moto-backed tests
 // instead (StartT and Shared honour it), e.g. on a laptop without moto.
 //
-// Moto differs from EC2 in ways tests must allow for: it ignores
-// RunInstances' ClientToken, answers GetSpotPlacementScores with an HTTP
-// 500 HTML page, serves no Service Quotas, reports spot prices of
-// 0.00001 as "Linux/UNIX (Amazon VPC)" dated 2006-01-02, creates no spot
-// instance request for a RunInstances spot launch, and denies with
-// AccessDenied (EC2: UnauthorizedOperation) once IAM is enforced.
+// Moto 5.2.1 differs from EC2 in ways tests must allow for: it ignores
+// RunInstances' ClientToken; answers GetSpotPlacementScores with an HTTP
+// 500 HTML page and serves no Service Quotas; reports every spot price as
+// 0.00001, "Linux/UNIX (Amazon VPC)", dated 2006-01-02, whatever the
+// filters; creates no spot instance request for a RunInstances spot
+// launch; attaches the instance profile to the first instance of a
+// multi-instance launch only; answers an unknown instance profile with
+// NoSuchEntity (EC2: InvalidParameterValue); launches with unknown AMIs,
+// key pairs or instance types, types a zone does not offer, a spot
+// MaxPrice below the price, "aws:" tags and a subnet outside the zone
+// Placement names, all of which EC2 refuses; and, once IAM is enforced,
+// denies with AccessDenied (EC2: UnauthorizedOperation).
 package motoserver
 
 import (
