@@ -21,14 +21,7 @@ import (
 // EventBridge spot interruption warning arrives through SQS and the node
 // is drained and replaced.
 func TestDaemonAWSCapacityFailoverAndSQSNotice(t *testing.T) {
-	dir := t.TempDir()
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": "AKIAFLEETDTEST0000", "AWS_SECRET_ACCESS_KEY": "fleetd-test-secret",
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": dir + "/config", "AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
-		"AWS_PROFILE": "", "AWS_REGION": "", "AWS_ENDPOINT_URL": "",
-	} {
-		t.Setenv(k, v)
-	}
+	awsTestEnv(t)
 	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
 	ec2.SetCapacity("us-east-1a", "p3.2xlarge", 0)
 	ec2srv := httptest.NewServer(ec2)

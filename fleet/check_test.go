@@ -15,11 +15,10 @@ import (
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
-// TestApplyPreflight: apply runs the quick preflight first and refuses,
-// with the same rows `fleetd check` prints, when the image is missing or
-// launching is denied; nothing is stored and nothing launched. -skip-check
-// goes ahead; POST /v1/check reports without launching.
-func TestApplyPreflight(t *testing.T) {
+// awsTestEnv pins the SDK to static test keys, off IMDS and the user's
+// ~/.aws, so no request of a test leaves loopback.
+func awsTestEnv(t *testing.T) {
+	t.Helper()
 	dir := t.TempDir()
 	for k, v := range map[string]string{
 		"AWS_ACCESS_KEY_ID": "AKIAFLEETDTEST0000", "AWS_SECRET_ACCESS_KEY": "fleetd-test-secret",
@@ -28,6 +27,14 @@ func TestApplyPreflight(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
+}
+
+// TestApplyPreflight: apply runs the quick preflight first and refuses,
+// with the same rows `fleetd check` prints, when the image is missing or
+// launching is denied; nothing is stored and nothing launched. -skip-check
+// goes ahead; POST /v1/check reports without launching.
+func TestApplyPreflight(t *testing.T) {
+	awsTestEnv(t)
 	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
 	ec2.RemoveImage("us-east-1", "ami-0badbadbadbadbad0")
 	ec2.AddSubnet("subnet-0aaa1111", "us-east-1a")
@@ -104,5 +111,65 @@ fleet "v100" {
 	// -skip-check applies anyway (the launch itself then fails, as denied).
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: good, SkipCheck: true}); err != nil {
 		t.Fatalf("apply -skip-check: %v", err)
+	}
+}
+
+// TestOfferingsViewWithoutSpotPrice: the market view `fleetd offerings`
+// shows keeps the on-demand offering of a zone where EC2 publishes no spot
+// price for the type, carries the spot placement scores, and says why when
+// scores are missing or a provider offers nothing.
+func TestOfferingsViewWithoutSpotPrice(t *testing.T) {
+	awsTestEnv(t)
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2.RemoveSpotPrices("us-east-1a", "p4d.24xlarge")
+	ec2.SetPlacementScore("us-east-1b", "p4d.24xlarge", 4)
+	ec2srv := httptest.NewServer(ec2)
+	defer ec2srv.Close()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil, Options{})
+	spec := func(types string) string {
+		return fmt.Sprintf(`
+fleet "big" {
+  min_nodes = 1
+  max_nodes = 2
+  node { gpus = 8 }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = [%s]
+    image          = "ami-0123456789abcdef0"
+    endpoint       = %q
+  }
+  training { command = ["python3", "train.py"] }
+}`, types, ec2srv.URL)
+	}
+	var views []OfferingsView
+	if err := td.client.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, api.ApplyRequest{Filename: "big.hcl", Source: spec(`"p4d.24xlarge"`)}, &views); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, r := range views[0].Offerings {
+		got[r.Offering.Zone+" "+string(r.Offering.CapacityType)] = r.Offering.PlacementScore
+	}
+	want := map[string]int{"us-east-1a on-demand": 0, "us-east-1b spot": 4, "us-east-1b on-demand": 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("offerings (zone capacity → placement score) %v, want %v", got, want)
+	}
+
+	ec2.FailNext("GetSpotPlacementScores", "UnauthorizedOperation", "You are not authorized to perform this operation.", 100)
+	views = nil
+	if err := td.client.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, api.ApplyRequest{Filename: "big.hcl", Source: spec(`"g5.12xlarge"`)}, &views); err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(views[0].Notes, "\n"); !strings.Contains(notes, "spot placement scores denied (UnauthorizedOperation)") {
+		t.Errorf("notes %q do not say scores were denied", notes)
+	}
+	for _, z := range []string{"us-east-1a", "us-east-1b"} {
+		ec2.RemoveOffering(z, "p3.8xlarge")
+	}
+	views = nil
+	if err := td.client.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, api.ApplyRequest{Filename: "big.hcl", Source: spec(`"p3.8xlarge"`)}, &views); err != nil {
+		t.Fatal(err)
+	}
+	if len(views[0].Offerings) != 0 || !strings.Contains(strings.Join(views[0].Notes, "\n"), "no offerings") {
+		t.Errorf("a type offered nowhere: %d offerings, notes %q; want none and a note saying why", len(views[0].Offerings), views[0].Notes)
 	}
 }
