@@ -202,7 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 	if cfg.DaemonURL != "" {
 		hc = opts.HTTPClient
 		if hc == nil {
-			if hc, err = NewHTTPClient(cfg.DaemonURL, cfg.CAFingerprint); err != nil {
+			if hc, err = NewHTTPClient(cfg.DaemonURL, cfg.CAFingerprint, cfg.DaemonURLs...); err != nil {
 				a.log.Error("agent cannot start", "err", err)
 				return fmt.Errorf("agent: %w", err)
 			}

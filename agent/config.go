@@ -57,6 +57,10 @@ type Config struct {
 	// DaemonURL is where the control daemon's API is; empty means the agent
 	// runs standalone (metadata watching and drain only).
 	DaemonURL string `json:"daemon_url,omitempty"`
+	// DaemonURLs are the other servers of a fleetd cluster: when the
+	// server in use stops answering, the agent goes on with the next (any
+	// server forwards to the leader). Its workers keep running meanwhile.
+	DaemonURLs []string `json:"daemon_urls,omitempty"`
 	// Token is the per-node bearer token; required with DaemonURL. Never logged.
 	Token string `json:"token,omitempty"`
 	// CAFingerprint pins the daemon's CA: "sha256:" + 64 hex digits (colons allowed).
@@ -142,6 +146,11 @@ func (c Config) Validate() error {
 	if c.DaemonURL != "" {
 		if err := checkHTTPURL(c.DaemonURL); err != nil {
 			bad("daemon_url: %v", err)
+		}
+		for _, u := range c.DaemonURLs {
+			if err := checkHTTPURL(u); err != nil {
+				bad("daemon_urls: %v", err)
+			}
 		}
 		if c.Token == "" {
 			bad("token is required when daemon_url is set")

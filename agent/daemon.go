@@ -242,19 +242,21 @@ var errPinMismatch = errors.New("tls: no certificate presented by the daemon mat
 // plain http is refused except to loopback addresses, where only the
 // local provider and development daemons live, because the node token
 // would otherwise cross the network in clear text.
-func NewHTTPClient(daemonURL, fingerprint string) (*http.Client, error) {
-	u, err := url.Parse(daemonURL)
-	if err != nil {
-		return nil, fmt.Errorf("daemon url: %w", err)
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !isLoopbackHost(u.Hostname()) {
-			return nil, fmt.Errorf("daemon url %q: plain http is only allowed to a loopback address; use https", daemonURL)
+func NewHTTPClient(daemonURL, fingerprint string, others ...string) (*http.Client, error) {
+	for _, s := range append([]string{daemonURL}, others...) {
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("daemon url: %w", err)
 		}
-	default:
-		return nil, fmt.Errorf("daemon url %q: want http(s)", daemonURL)
+		switch u.Scheme {
+		case "https":
+		case "http":
+			if !isLoopbackHost(u.Hostname()) {
+				return nil, fmt.Errorf("daemon url %q: plain http is only allowed to a loopback address; use https", s)
+			}
+		default:
+			return nil, fmt.Errorf("daemon url %q: want http(s)", s)
+		}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 8
@@ -291,7 +293,14 @@ func NewHTTPClient(daemonURL, fingerprint string) (*http.Client, error) {
 			return c, nil
 		}
 	}
-	return &http.Client{Transport: tr}, nil
+	if len(others) == 0 {
+		return &http.Client{Transport: tr}, nil
+	}
+	ft, err := rendezvous.NewFailoverTransport(tr, append([]string{daemonURL}, others...))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: ft}, nil
 }
 
 // verifyPinned checks that the presented chain leads to a presented CA

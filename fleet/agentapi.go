@@ -31,6 +31,7 @@ func (d *Daemon) mountAgentAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/fleets/{fleet}/logs", d.adminAuth(d.fleetLogs))
 	mux.HandleFunc("POST /v1/offerings", d.adminAuth(d.offeringsHandler))
 	mux.HandleFunc("POST /v1/check", d.adminAuth(d.checkHandler))
+	mux.HandleFunc("GET /v1/cluster", d.adminAuth(d.clusterInfo))
 	mux.HandleFunc("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.adminAuth(d.interruptNode))
 }
 
@@ -382,8 +383,8 @@ func (d *Daemon) agentDone(w http.ResponseWriter, r *http.Request) {
 		d.apiFail(w, err)
 		return
 	}
-	if first && d.rdzv != nil {
-		if err := d.rdzv.Finish(r.Context(), fleetName, req.Success); err != nil {
+	if first && d.rz() != nil {
+		if err := d.rz().Finish(r.Context(), fleetName, req.Success); err != nil {
 			d.log.Warn("rendezvous finish", "fleet", fleetName, "err", err)
 		}
 	}

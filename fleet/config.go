@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -28,6 +29,9 @@ type Config struct {
 	LogLevel    string         `hcl:"log_level,optional"`
 	TLS         *TLSConfig     `hcl:"tls,block"`
 	Plugins     []PluginConfig `hcl:"plugin,block"`
+	// Cluster runs this server as one of several on etcd (docs/ha.md);
+	// nil: one server on bbolt.
+	Cluster *cluster.Config `hcl:"cluster,block"`
 
 	// Dev marks a throwaway daemon (temporary data dir, token printed).
 	// Untagged: gohcl ignores untagged fields, while `hcl:"-"` would make
@@ -128,6 +132,11 @@ func (c *Config) finish(base string) error {
 	}
 	if c.TokenFile == "" && c.DataDir != "" {
 		c.TokenFile = filepath.Join(c.DataDir, "token")
+	}
+	if c.Cluster != nil {
+		if err := c.Cluster.Finish(base, c.DataDir); err != nil {
+			return err
+		}
 	}
 	return nil
 }

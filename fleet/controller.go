@@ -140,8 +140,8 @@ func (d *Daemon) HandleNotice(ctx context.Context, fleetName string, n interrupt
 	} else {
 		d.notifyEvents()
 	}
-	if n.Kind.Terminal() && d.rdzv != nil {
-		if err := d.rdzv.Exclude(ctx, fleetName, n.Node, string(n.Kind)+" notice"); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
+	if n.Kind.Terminal() && d.rz() != nil {
+		if err := d.rz().Exclude(ctx, fleetName, n.Node, string(n.Kind)+" notice"); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
 			d.log.Warn("rendezvous exclude", "fleet", fleetName, "node", n.Node, "err", err)
 		}
 	}
@@ -245,8 +245,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	}
 	now := d.now()
 	rt := d.runtime(f.Name)
-	if d.rdzv != nil && !f.Destroying && !f.Completed {
-		if err := d.rdzv.Configure(ctx, f.Name, rendezvousConfig(fl)); err != nil {
+	if d.rz() != nil && !f.Destroying && !f.Completed {
+		if err := d.rz().Configure(ctx, f.Name, rendezvousConfig(fl)); err != nil {
 			d.log.Warn("rendezvous configure", "fleet", f.Name, "err", err)
 		}
 	}
@@ -328,8 +328,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	}
 
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
-	if d.rdzv != nil {
-		if st, err := d.rdzv.Status(f.Name); err == nil {
+	if d.rz() != nil {
+		if st, err := d.rz().Status(f.Name); err == nil {
 			member := make(map[string]bool, len(st.Members))
 			in.Joined = make(map[string]bool, len(st.Members))
 			for _, m := range st.Members {
@@ -399,8 +399,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	if rt.Progress.Start.IsZero() {
 		rt.Progress.Start = f.CreatedAt
 	}
-	if !rt.lastPass.IsZero() && d.rdzv != nil && fl.MaxNodes > 0 {
-		if st, err := d.rdzv.Status(f.Name); err == nil && st.State == rendezvous.RoundClosed && st.Nodes >= fl.MinNodes {
+	if !rt.lastPass.IsZero() && d.rz() != nil && fl.MaxNodes > 0 {
+		if st, err := d.rz().Status(f.Name); err == nil && st.State == rendezvous.RoundClosed && st.Nodes >= fl.MinNodes {
 			rt.Progress.Done += time.Duration(float64(now.Sub(rt.lastPass)) * float64(st.Nodes) / float64(fl.MaxNodes))
 		}
 	}
@@ -540,8 +540,8 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 	if err != nil {
 		return err
 	}
-	if d.rdzv != nil {
-		_ = d.rdzv.Remove(ctx, name)
+	if d.rz() != nil {
+		_ = d.rz().Remove(ctx, name)
 	}
 	d.rtMu.Lock()
 	delete(d.runtimes, name)
@@ -664,8 +664,8 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 		case reconcile.Alert:
 			alerts = append(alerts, a)
 		case reconcile.Drain:
-			if d.rdzv != nil {
-				if err := d.rdzv.Exclude(ctx, f.Name, a.NodeID, a.Reason); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
+			if d.rz() != nil {
+				if err := d.rz().Exclude(ctx, f.Name, a.NodeID, a.Reason); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
 					d.log.Warn("rendezvous exclude", "node", a.NodeID, "err", err)
 				}
 			}
@@ -929,7 +929,7 @@ func metadataKind(provider string) string {
 // userData renders a node's #cloud-config document.
 func (d *Daemon) userData(fleetName string, fl *spec.Fleet, n state.Node) (string, error) {
 	in := bootstrap.Input{
-		Agent: bootstrap.AgentConfig{Fleet: fleetName, NodeID: n.ID, DaemonURL: d.URL(), Token: d.NodeToken(fleetName, n.ID),
+		Agent: bootstrap.AgentConfig{Fleet: fleetName, NodeID: n.ID, DaemonURL: d.URL(), DaemonURLs: d.otherServers(), Token: d.NodeToken(fleetName, n.ID),
 			Metadata: bootstrap.MetadataConfig{Kind: metadataKind(n.Offering.Provider)}},
 		Setup: fl.Training.Setup,
 	}

@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
+	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
@@ -53,10 +55,12 @@ type ProviderSource interface {
 
 // Daemon is one running fleetd control daemon.
 type Daemon struct {
-	cfg     Config
-	opts    Options
-	log     *slog.Logger
-	store   *state.BoltStore
+	cfg   Config
+	opts  Options
+	log   *slog.Logger
+	store Store
+	// cl is the HA cluster this server belongs to; nil for a single server.
+	cl      *clusterState
 	now     func() time.Time
 	started time.Time
 
@@ -75,7 +79,9 @@ type Daemon struct {
 	kickc chan struct{}
 	tick  time.Duration
 
-	rdzv   *rendezvous.Service
+	// rdzv is the rendezvous service; a server that becomes the leader of
+	// a cluster replaces it with one loaded from the store (rz reads it).
+	rdzv   atomic.Pointer[rendezvous.Service]
 	params reconcile.Params
 	stats  *recoveryStats
 	logs   logRing
@@ -114,11 +120,22 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	if now == nil {
 		now = time.Now
 	}
-	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{Now: now})
-	if err != nil {
-		return nil, err
+	var st Store
+	var cl *clusterState
+	if cfg.Cluster != nil {
+		var err error
+		if cl, st, err = openCluster(ctx, cfg, log, now); err != nil {
+			return nil, err
+		}
+	} else {
+		bolt, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{Now: now})
+		if err != nil {
+			return nil, err
+		}
+		st = bolt
 	}
-	d := &Daemon{cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
+	var err error
+	d := &Daemon{cl: cl, cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
 		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096), intakeKick: make(chan struct{}, 1)}
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
@@ -146,14 +163,15 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 	}
-	d.rdzv, err = rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: st}, Now: now, Logger: log, OnChange: d.onRendezvous})
-	if err != nil {
+	if err := d.loadRendezvous(ctx); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("rendezvous: %w", err)
+		return nil, err
 	}
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.api = api.NewServer(d, d.token, log)
-	d.api.Extra.Handle("/v1/rendezvous/", d.rdzv.Handler(rendezvous.AuthorizerFunc(d.authorizeNode)))
+	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.rz().Handler(rendezvous.AuthorizerFunc(d.authorizeNode)).ServeHTTP(w, r)
+	}))
 	d.mountAgentAPI(d.api.Extra)
 	// Observability: the event stream and /metrics need the admin token;
 	// the dashboard's static files carry no data and are served without
@@ -163,6 +181,23 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.api.Extra.Handle("GET /metrics", d.adminAuth(d.metrics.Handler().ServeHTTP))
 	dashboard.Mount(d.api.Extra)
 	return d, nil
+}
+
+// rz is the current rendezvous service.
+func (d *Daemon) rz() *rendezvous.Service { return d.rdzv.Load() }
+
+// loadRendezvous (re)builds the rendezvous service from the store: at
+// start, and when this server becomes a cluster's leader (the previous
+// leader's rounds are in the store, not in this process).
+func (d *Daemon) loadRendezvous(ctx context.Context) error {
+	svc, err := rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: d.store}, Now: d.now, Logger: d.log, OnChange: d.onRendezvous})
+	if err != nil {
+		return fmt.Errorf("rendezvous: %w", err)
+	}
+	if old := d.rdzv.Swap(svc); old != nil {
+		old.Close()
+	}
+	return nil
 }
 
 // initIdentity loads or creates the daemon id (in state) and admin token (file, 0600).
@@ -184,6 +219,22 @@ func (d *Daemon) initIdentity(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon id: %w", err)
 	}
+	if d.cl != nil {
+		// Every server of a cluster accepts the same admin token: it lives
+		// in the shared state (the first server to start makes it), and
+		// each server writes it to its token file for the CLI on that VM.
+		tok, err := d.sharedSecret(ctx, "admin_token", func() (string, error) {
+			if b, err := os.ReadFile(d.cfg.TokenFile); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+				return strings.TrimSpace(string(b)), nil
+			}
+			return "fleetd_" + randHex(24), nil
+		})
+		if err != nil {
+			return fmt.Errorf("admin token: %w", err)
+		}
+		d.token = tok
+		return writeFileAtomic(d.cfg.TokenFile, []byte(d.token+"\n"), 0o600)
+	}
 	b, err := os.ReadFile(d.cfg.TokenFile)
 	switch {
 	case err == nil:
@@ -200,6 +251,28 @@ func (d *Daemon) initIdentity(ctx context.Context) error {
 		return fmt.Errorf("read token: %w", err)
 	}
 	return nil
+}
+
+// sharedSecret returns the meta value key, creating it with mk when
+// absent; concurrent first starts of several servers agree on one value
+// (the store's transactions serialize them).
+func (d *Daemon) sharedSecret(ctx context.Context, key string, mk func() (string, error)) (string, error) {
+	var out string
+	err := d.store.Update(ctx, func(tx state.Tx) error {
+		v, err := tx.Meta(key)
+		if err != nil {
+			return err
+		}
+		if len(v) > 0 {
+			out = string(v)
+			return nil
+		}
+		if out, err = mk(); err != nil {
+			return err
+		}
+		return tx.SetMeta(key, []byte(out))
+	})
+	return out, err
 }
 
 func randHex(n int) string {
@@ -272,17 +345,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	d.httpSrv = &http.Server{Handler: d.api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	d.httpSrv = &http.Server{Handler: d.clusterHandler(d.api), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
 	// Event streams end at once on shutdown instead of holding it up until
 	// its deadline.
 	d.httpSrv.RegisterOnShutdown(d.stream.Close)
 	errc := make(chan error, 1)
 	go func() { errc <- d.httpSrv.Serve(d.listener) }()
-	go d.reconcileLoop(ctx)
-	go d.rdzvEventWriter(ctx)
-	go d.intakeLoop(ctx)
+	var leading sync.WaitGroup
+	if d.cl == nil {
+		go d.reconcileLoop(ctx)
+		go d.rdzvEventWriter(ctx)
+		go d.intakeLoop(ctx)
+		d.kick()
+	} else {
+		leading.Add(1)
+		go func() {
+			defer leading.Done()
+			d.lead(ctx, cluster.Server{Name: d.cl.cfg.Name, URL: d.URL()})
+		}()
+	}
 	go d.followEvents(ctx)
-	d.kick()
 	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
 	select {
 	case err := <-errc:
@@ -295,7 +377,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if d.cfg.Dev {
+	if d.cfg.Dev && d.cl.isLeader() {
 		// A throwaway daemon takes its nodes with it; a real one never does
 		// (training must not depend on the daemon being up).
 		d.terminateAll(sctx)
@@ -307,16 +389,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Its own deadline: Shutdown may have used all of sctx's.
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer fcancel()
-	d.flushRuntimes(fctx)
+	if d.cl == nil {
+		d.flushRuntimes(fctx)
+	}
+	// In a cluster the leader flushes before it resigns (lead).
+	leading.Wait()
 	return nil
 }
 
 // Close releases the rendezvous service and the state store; call after Run returns.
 func (d *Daemon) Close() error {
-	if d.rdzv != nil {
-		d.rdzv.Close()
+	if d.rz() != nil {
+		d.rz().Close()
 	}
-	return d.store.Close()
+	err := d.store.Close()
+	d.cl.close()
+	return err
 }
 
 // appendEvents persists events in tx and wakes long-polls after commit.

@@ -228,7 +228,7 @@ func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 		t.Errorf("replacement requested %s after the notice, want ≤ 1s", d)
 	}
 	// The victim is draining and out of the rendezvous at once.
-	st, err := td.rdzv.Status("train")
+	st, err := td.rz().Status("train")
 	if err != nil {
 		t.Fatal(err)
 	}

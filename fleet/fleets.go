@@ -348,8 +348,8 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 // writes (the rendezvous saves under its fleet lock), so taking them inside
 // a transaction can deadlock the daemon.
 func (d *Daemon) withLive(s api.FleetSummary) api.FleetSummary {
-	if d.rdzv != nil {
-		if st, err := d.rdzv.Status(s.Name); err == nil {
+	if d.rz() != nil {
+		if st, err := d.rz().Status(s.Name); err == nil {
 			s.Rendezvous = &api.RendezvousInfo{Round: st.Round, State: string(st.State), Nodes: st.Nodes, WorldSize: st.WorldSize}
 			if st.MasterAddr != "" {
 				s.Rendezvous.Master = fmt.Sprintf("%s:%d", st.MasterAddr, st.MasterPort)
@@ -371,6 +371,13 @@ func (d *Daemon) Status(ctx context.Context) (api.Status, error) {
 		return st, err
 	}
 	st.LastEventSeq = stats.LastEventSeq
+	if d.cl != nil {
+		// Status is served by the leader (followers forward it).
+		st.Server, st.Leader = d.cl.cfg.Name, d.cl.cfg.Name
+		if r, ok := ctx.Value(forwardedByKey{}).(string); ok && r != "" {
+			st.Server = r
+		}
+	}
 	err = d.store.View(ctx, func(tx state.Tx) error {
 		fleets, err := tx.Fleets()
 		if err != nil {

@@ -198,7 +198,7 @@ func (fd *fuzzDaemon) fingerprint(tb testing.TB) []byte {
 			if fs.Nodes, err = tx.Nodes(f.Name); err != nil {
 				return err
 			}
-			if st, err := fd.rdzv.Status(f.Name); err == nil {
+			if st, err := fd.rz().Status(f.Name); err == nil {
 				fs.Rdzv = &st
 			}
 			out.Fleets = append(out.Fleets, fs)

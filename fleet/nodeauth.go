@@ -25,6 +25,19 @@ import (
 // Create and the agent's token still agree; and a leaked state file holds no
 // tokens. The secret lives in data_dir/node-secret (0600).
 func (d *Daemon) loadNodeSecret() error {
+	if d.cl != nil {
+		// Node tokens must stay valid on whichever server leads: the
+		// secret they derive from is shared state.
+		s, err := d.sharedSecret(context.Background(), "node_secret", func() (string, error) { return randHex(32), nil })
+		if err != nil {
+			return err
+		}
+		d.nodeSecret, err = hex.DecodeString(s)
+		if err != nil || len(d.nodeSecret) < 32 {
+			return fmt.Errorf("shared node secret is damaged")
+		}
+		return nil
+	}
 	p := filepath.Join(d.cfg.DataDir, "node-secret")
 	b, err := os.ReadFile(p)
 	switch {

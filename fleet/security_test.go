@@ -301,6 +301,7 @@ func securityRoutes() []routeCase {
 		{"GET /v1/fleets/{fleet}/logs", adminOnly, 200, get("/v1/fleets/train/logs?tail=5")},
 		{"POST /v1/offerings", adminOnly, 200, post("/v1/offerings", spec)},
 		{"POST /v1/check", adminOnly, 200, post("/v1/check", spec)},
+		{"GET /v1/cluster", adminOnly, 404, get("/v1/cluster")},
 		// An invalid kind: authorization is checked first, then nothing is injected.
 		{"POST /v1/fleets/{fleet}/nodes/{node}/interrupt", adminOnly, 400, func(node string) (string, string, []byte) {
 			return http.MethodPost, "/v1/fleets/train/nodes/" + node + "/interrupt", []byte(`{"kind":"not-a-kind"}`)

@@ -59,7 +59,11 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 
 // printStatus renders GET /v1/status for humans.
 func printStatus(w io.Writer, st api.Status) {
-	fmt.Fprintf(w, "fleetd %s, daemon %s, up %s\n\n", st.Version, st.DaemonID, age(st.Time.Sub(st.StartedAt)))
+	fmt.Fprintf(w, "fleetd %s, daemon %s, up %s\n", st.Version, st.DaemonID, age(st.Time.Sub(st.StartedAt)))
+	if st.Leader != "" {
+		fmt.Fprintf(w, "cluster: asked server %s, leader %s\n", st.Server, st.Leader)
+	}
+	fmt.Fprintln(w)
 	if len(st.Fleets) == 0 {
 		fmt.Fprintln(w, "No fleets. Apply one with: fleetd apply FILE")
 		return

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetd/fleetd/rendezvous"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,21 +37,32 @@ type ClientOptions struct {
 }
 
 // NewClient returns a client for addr (host:port or URL; http:// is assumed
-// when no scheme is given).
+// when no scheme is given). A comma-separated list names the servers of a
+// cluster: requests go to one, and move to the next when it cannot be
+// reached.
 func NewClient(addr string, opts ClientOptions) (*Client, error) {
-	if addr == "" {
+	if strings.TrimSpace(addr) == "" {
 		return nil, errors.New("no daemon address (use -addr or FLEETD_ADDR)")
 	}
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+	var servers []string
+	for _, a := range strings.Split(addr, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		v, err := url.Parse(a)
+		if err != nil {
+			return nil, fmt.Errorf("daemon address %q: %w", a, err)
+		}
+		if v.Scheme != "http" && v.Scheme != "https" {
+			return nil, fmt.Errorf("daemon address %q: scheme must be http or https", a)
+		}
+		servers = append(servers, a)
 	}
-	u, err := url.Parse(addr)
-	if err != nil {
-		return nil, fmt.Errorf("daemon address %q: %w", addr, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("daemon address %q: scheme must be http or https", addr)
-	}
+	u, _ := url.Parse(servers[0])
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if u.Scheme == "https" {
 		cfg, err := ClientTLSConfig(opts.CACertPEM, opts.CAFingerprint)
@@ -63,7 +75,15 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if timeout == 0 {
 		timeout = 5 * time.Minute // long-polls set their own shorter waits
 	}
-	return &Client{base: u, token: opts.Token, http: &http.Client{Transport: tr, Timeout: timeout}}, nil
+	var rt http.RoundTripper = tr
+	if len(servers) > 1 {
+		ft, err := rendezvous.NewFailoverTransport(tr, servers)
+		if err != nil {
+			return nil, err
+		}
+		rt = ft
+	}
+	return &Client{base: u, token: opts.Token, http: &http.Client{Transport: rt, Timeout: timeout}}, nil
 }
 
 // ClientTLSConfig builds a TLS config that trusts caPEM and/or pins the CA

@@ -255,6 +255,22 @@ type Status struct {
 	// LastEventSeq is the newest event's seq: follow the event log from
 	// here (GET /v1/events/stream?since=LastEventSeq) to see what changes.
 	LastEventSeq uint64 `json:"last_event_seq"`
+	// Server is the cluster member that answered and Leader the one that
+	// made the answer (a follower forwards to it); both empty for a single
+	// server.
+	Server string `json:"server,omitempty"`
+	Leader string `json:"leader,omitempty"`
+}
+
+// ClusterInfo is the response of GET /v1/cluster, answered by every
+// server itself.
+type ClusterInfo struct {
+	// Server is the server that answered; Leader the current leader ("" while
+	// an election is under way); IsLeader whether they are the same.
+	Server    string `json:"server"`
+	Leader    string `json:"leader,omitempty"`
+	LeaderURL string `json:"leader_url,omitempty"`
+	IsLeader  bool   `json:"is_leader"`
 }
 
 // EventsResponse is the response of GET /v1/events.

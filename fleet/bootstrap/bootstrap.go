@@ -34,6 +34,7 @@ type AgentConfig struct {
 	Fleet         string         `json:"fleet"`
 	NodeID        string         `json:"node_id"`
 	DaemonURL     string         `json:"daemon_url,omitempty"`
+	DaemonURLs    []string       `json:"daemon_urls,omitempty"`
 	Token         string         `json:"token,omitempty"`
 	CAFingerprint string         `json:"ca_fingerprint,omitempty"`
 	Metadata      MetadataConfig `json:"metadata"`

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,7 @@ import (
 func sample() Input {
 	tok, _ := NewToken()
 	return Input{
-		Agent: AgentConfig{Fleet: "bert", NodeID: "bert-1-0001", DaemonURL: "https://10.0.0.2:7777", Token: tok,
+		Agent: AgentConfig{Fleet: "bert", NodeID: "bert-1-0001", DaemonURL: "https://10.0.0.2:7777", DaemonURLs: []string{"https://10.0.1.2:7777", "https://10.0.2.2:7777"}, Token: tok,
 			CAFingerprint: "sha256:" + strings.Repeat("ab", 32), Metadata: MetadataConfig{Kind: "aws-imds"},
 			WorkDir: "/var/lib/fleetd", LogDir: "/var/log/fleetd"},
 		CACertPEM:   []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
@@ -35,7 +36,7 @@ func TestRenderRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != in.Agent {
+	if !reflect.DeepEqual(got, in.Agent) {
 		t.Fatalf("agent config round trip:\n got %+v\nwant %+v", got, in.Agent)
 	}
 	for _, want := range []string{in.AgentSHA256, "sha256sum -c", "--cacert", "systemctl", "python3-torch", "NCCL_DEBUG=WARN"} {

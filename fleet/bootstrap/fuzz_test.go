@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,7 +64,7 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			t.Fatalf("agent config: %v\n%s", err, doc)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("agent config round trip:\n got %+v\nwant %+v", got, want)
 		}
 

@@ -21,6 +21,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/fleetd/fleetd/fleet/state/etcdtest"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -32,7 +33,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(lockHelperEnv); path != "" {
 		os.Exit(lockHelper(path))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	etcdtest.StopShared() // the etcd server the etcd store tests share, if started
+	os.Exit(code)
 }
 
 // lockHelper opens path, says "locked", and holds the lock until stdin is

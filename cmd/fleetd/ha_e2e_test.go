@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// haServer is one `fleetd serve` of a three-server cluster on loopback,
+// each with its own embedded etcd member.
+type haServer struct {
+	name, url, dataDir, config string
+	cmd                        *exec.Cmd
+	done                       chan error
+	logs                       *syncBuffer
+}
+
+func (s *haServer) start(t *testing.T, bin string) {
+	t.Helper()
+	s.cmd = exec.Command(bin, "serve", "-config", s.config)
+	s.logs = &syncBuffer{}
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait() }()
+}
+
+func (s *haServer) alive() bool {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
+// startHACluster writes three daemon configs (servers a, b, c with
+// embedded etcd, session TTL 2s) and starts them.
+func startHACluster(t *testing.T, bin string) []*haServer {
+	t.Helper()
+	names := []string{"a", "b", "c"}
+	peers, clients := map[string]string{}, []string{}
+	servers := make([]*haServer, len(names))
+	for i, n := range names {
+		peers[n] = "http://" + freeAddr(t)
+		clients = append(clients, "http://"+freeAddr(t))
+		servers[i] = &haServer{name: n, url: "http://" + freeAddr(t), dataDir: t.TempDir()}
+	}
+	var initial []string
+	for _, n := range names {
+		initial = append(initial, fmt.Sprintf("%s = %q", n, peers[n]))
+	}
+	for i, s := range servers {
+		cfg := fmt.Sprintf(`
+listen        = %q
+advertise_url = %q
+data_dir      = %q
+log_level     = "debug"
+cluster {
+  session_ttl = "2s"
+  embedded_etcd {
+    name             = %q
+    listen_peer      = %q
+    listen_client    = %q
+    initial_cluster  = { %s }
+    client_endpoints = [%q, %q, %q]
+  }
+}
+`, strings.TrimPrefix(s.url, "http://"), s.url, s.dataDir, s.name, peers[s.name], clients[i], strings.Join(initial, ", "), clients[0], clients[1], clients[2])
+		s.config = filepath.Join(s.dataDir, "daemon.hcl")
+		if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.start(t, bin)
+	}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			if s.alive() {
+				_ = s.cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-s.done:
+				case <-time.After(20 * time.Second):
+					_ = s.cmd.Process.Kill()
+				}
+			}
+			if t.Failed() {
+				t.Logf("server %s log (tail):\n%s", s.name, tail(s.logs.String(), 40))
+			}
+		}
+	})
+	return servers
+}
+
+// clusterInfo asks one server who leads.
+func clusterInfo(s *haServer, token string) (api.ClusterInfo, error) {
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return api.ClusterInfo{}, err
+	}
+	defer resp.Body.Close()
+	var info api.ClusterInfo
+	if resp.StatusCode != http.StatusOK {
+		return info, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return info, json.NewDecoder(resp.Body).Decode(&info)
+}
+
+// TestHAThreeServers runs three `fleetd serve` with embedded etcd: they
+// share one admin token and one state; one leads; the CLI talks to a
+// follower and sees the leader named; the leader is SIGKILLed while a
+// fleet trains; another server leads within seconds, the fleet's nodes
+// keep their records (their agents fail over to the other servers), and
+// no instance is launched twice.
+func TestHAThreeServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three daemons with embedded etcd")
+	}
+	bin := fleetdBinary(t)
+	servers := startHACluster(t, bin)
+	var token string
+	waitUntil(t, "the three servers up with one shared token", 60*time.Second, func() bool {
+		var toks []string
+		for _, s := range servers {
+			b, err := os.ReadFile(filepath.Join(s.dataDir, "token"))
+			if err != nil {
+				return false
+			}
+			toks = append(toks, strings.TrimSpace(string(b)))
+		}
+		token = toks[0]
+		return toks[0] != "" && toks[0] == toks[1] && toks[1] == toks[2]
+	})
+	leaderOf := func(among []*haServer) string {
+		for _, s := range among {
+			if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {
+				return info.Leader
+			}
+		}
+		return ""
+	}
+	var leader string
+	waitUntil(t, "a leader", 30*time.Second, func() bool { leader = leaderOf(servers); return leader != "" })
+	var lead *haServer
+	var followers []*haServer
+	for _, s := range servers {
+		if s.name == leader {
+			lead = s
+		} else {
+			followers = append(followers, s)
+		}
+	}
+	cli := func(addrs string, args ...string) (string, string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "FLEETD_ADDR="+addrs, "FLEETD_TOKEN="+token)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	nodeDir := t.TempDir()
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	spec := fmt.Sprintf(`
+fleet "ha" {
+  min_nodes = 2
+  max_nodes = 2
+  node { gpus = 1 }
+  placement { colocate = "region" }
+  provider "local" {
+    zones     = ["local-a", "local-b"]
+    state_dir = %q
+  }
+  training {
+    command     = ["sleep", "600"]
+    drain_grace = "5s"
+  }
+  rendezvous {
+    heartbeat  = "1s"
+    dead_after = "20s"
+  }
+}
+`, nodeDir)
+	specFile := filepath.Join(t.TempDir(), "ha.hcl")
+	if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Applied through a follower: it forwards to the leader.
+	if out, errOut, code := cli(followers[0].url, "apply", "-auto-approve", specFile); code != 0 {
+		t.Fatalf("apply through follower %s: exit %d\n%s\n%s", followers[0].name, code, out, errOut)
+	}
+	var det api.FleetDetail
+	running := func(addrs string) bool {
+		out, _, code := cli(addrs, "status", "-json", "ha")
+		if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
+			return false
+		}
+		n := 0
+		for _, x := range det.Nodes {
+			if x.State == "running" {
+				n++
+			}
+		}
+		return n == 2
+	}
+	waitUntil(t, "2 nodes running", 90*time.Second, func() bool { return running(followers[1].url) })
+	before := map[string]string{}
+	for _, x := range det.Nodes {
+		before[x.ID] = x.InstanceID
+	}
+	out, _, code := cli(followers[1].url, "status", "-json")
+	var st api.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Leader != leader || st.Server != followers[1].name || len(st.Fleets) != 1 {
+		t.Fatalf("status through follower %s: leader %q server %q fleets %d, want leader %s (exit %d)\n%s", followers[1].name, st.Leader, st.Server, len(st.Fleets), leader, code, out)
+	}
+
+	// SIGKILL the leader.
+	killed := time.Now()
+	if err := lead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-lead.done
+	lead.done <- nil
+	var next string
+	waitUntil(t, "a new leader", 30*time.Second, func() bool {
+		next = leaderOf(followers)
+		return next != "" && next != leader
+	})
+	t.Logf("leader %s SIGKILLed; %s leads %.2fs later (session TTL 2s)", leader, next, time.Since(killed).Seconds())
+	rest := followers[0].url + "," + followers[1].url
+	// The agents fail over to the remaining servers and keep heartbeating:
+	// past dead_after, the same two nodes still run and nothing was
+	// launched in their place.
+	time.Sleep(25 * time.Second)
+	if !running(rest) {
+		t.Fatalf("after the failover: nodes %+v, want the same 2 running", det.Nodes)
+	}
+	for _, x := range det.Nodes {
+		if inst, ok := before[x.ID]; !ok || inst != x.InstanceID {
+			t.Errorf("node %s (instance %s) is new or changed after the failover; before: %v", x.ID, x.InstanceID, before)
+		}
+	}
+	if n := len(procsMatching("local-node", nodeDir)); n != 2 {
+		t.Errorf("%d node processes, want 2 (none launched twice)", n)
+	}
+	out, _, _ = cli(rest, "status")
+	if !strings.Contains(out, next) {
+		t.Errorf("status does not name the new leader %s:\n%s", next, out)
+	}
+	if out, errOut, code := cli(rest, "destroy", "ha"); code != 0 {
+		t.Errorf("destroy: exit %d\n%s\n%s", code, out, errOut)
+	}
+	defer func() {
+		if t.Failed() {
+			out, errOut, _ := cli(rest, "events")
+			t.Logf("events:\n%s\n%s", tail(out, 60), errOut)
+		}
+	}()
+	waitUntil(t, "nodes terminated", 60*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
+}

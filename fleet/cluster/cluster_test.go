@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestConfigFinish(t *testing.T) {
+	peer := "http://127.0.0.1:2380"
+	cases := []struct {
+		name string
+		cfg  Config
+		err  string
+	}{
+		{"existing etcd", Config{Etcd: &EtcdConfig{Endpoints: []string{"https://etcd-1:2379"}}}, ""},
+		{"embedded", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer, "b": "http://127.0.0.2:2380"}}}, ""},
+		{"neither", Config{}, "exactly one of"},
+		{"both", Config{Etcd: &EtcdConfig{Endpoints: []string{"http://x:2379"}}, Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}}}, "exactly one of"},
+		{"no endpoints", Config{Etcd: &EtcdConfig{}}, "at least one etcd client URL"},
+		{"bad ttl", Config{SessionTTL: "1500ms", Etcd: &EtcdConfig{Endpoints: []string{"http://x:2379"}}}, "whole seconds"},
+		{"self missing from initial_cluster", Config{Embedded: &EmbeddedConfig{Name: "c", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}}}, `no member "c"`},
+		{"peer mismatch", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": "http://127.0.0.9:2380"}}}, "but listen_peer"},
+		{"bad prefix", Config{Prefix: "fleetd", Etcd: &EtcdConfig{Endpoints: []string{"http://x:2379"}}}, "must start and end with /"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Finish("", "/var/lib/fleetd")
+			if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("Finish: %v, want error containing %q", err, tc.err)
+			}
+		})
+	}
+	c := Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}}}
+	if err := c.Finish("", "/var/lib/fleetd"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "a" || c.Embedded.ListenClient != "http://127.0.0.1:2379" || c.Embedded.DataDir != "/var/lib/fleetd/etcd" || c.TTL() != DefaultSessionTTL || c.Prefix != DefaultPrefix {
+		t.Errorf("defaults: %+v %+v", c, *c.Embedded)
+	}
+}
+
+// startCluster starts n embedded members on loopback and returns their
+// configs (with client endpoints of all members) and members.
+func startCluster(t *testing.T, n int) ([]*Config, []*Member) {
+	t.Helper()
+	initial := map[string]string{}
+	var clients []string
+	embeds := make([]*EmbeddedConfig, n)
+	for i := range n {
+		name := fmt.Sprintf("m%d", i)
+		peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		initial[name] = peer
+		clients = append(clients, client)
+		embeds[i] = &EmbeddedConfig{Name: name, ListenPeer: peer, ListenClient: client, DataDir: t.TempDir()}
+	}
+	cfgs := make([]*Config, n)
+	members := make([]*Member, n)
+	errc := make(chan error, n)
+	for i, e := range embeds {
+		e.InitialCluster = initial
+		e.ClientEndpoints = clients
+		cfgs[i] = &Config{SessionTTL: "2s", Embedded: e}
+		if err := cfgs[i].Finish("", ""); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			m, err := StartMember(t.Context(), e)
+			members[i] = m
+			errc <- err
+		}()
+	}
+	for range n {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.Close()
+		}
+	})
+	return cfgs, members
+}
+
+// TestElectionAndFencing: three servers on a real three-member etcd; one
+// leads; when its session lapses (its client dies, as on a SIGKILL or a
+// long pause) another takes over within about the TTL, and the old term's
+// fence refuses writes.
+func TestElectionAndFencing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member etcd")
+	}
+	cfgs, _ := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type cand struct {
+		cli  *clientv3.Client
+		el   *Elector
+		term chan *Term
+	}
+	cands := make([]*cand, 3)
+	for i, c := range cfgs {
+		cli, err := Connect(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		cands[i] = &cand{cli: cli, el: NewElector(cli, c.Prefix, c.TTL(), Server{Name: c.Name, URL: "http://srv-" + c.Name}), term: make(chan *Term, 1)}
+		go func() {
+			term, err := cands[i].el.Campaign(ctx)
+			if err == nil {
+				cands[i].term <- term
+			}
+		}()
+	}
+	first, firstTerm := -1, (*Term)(nil)
+	select {
+	case firstTerm = <-cands[0].term:
+		first = 0
+	case firstTerm = <-cands[1].term:
+		first = 1
+	case firstTerm = <-cands[2].term:
+		first = 2
+	case <-ctx.Done():
+		t.Fatal("no leader elected")
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i, c := range cands {
+		if i != first && len(c.term) != 0 {
+			t.Fatalf("two leaders: %d and %d", first, i)
+		}
+	}
+	other := cands[(first+1)%3]
+	leader, err := other.el.Leader(ctx)
+	if err != nil || leader.Name != cfgs[first].Name {
+		t.Fatalf("Leader() from a follower = %+v, %v; want %s", leader, err, cfgs[first].Name)
+	}
+	fenced := func(term *Term, key string) error {
+		resp, err := other.cli.Txn(ctx).If(term.Fence()...).Then(clientv3.OpPut(key, "x")).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return fmt.Errorf("fenced")
+		}
+		return nil
+	}
+	if err := fenced(firstTerm, "/fleetd/test/a"); err != nil {
+		t.Fatalf("write in the leader's term: %v", err)
+	}
+
+	// The leader's process dies: its client goes, its lease is not renewed.
+	start := time.Now()
+	cands[first].cli.Close()
+	var second *Term
+	for i, c := range cands {
+		if i == first {
+			continue
+		}
+		select {
+		case second = <-c.term:
+		case <-time.After(0):
+		}
+		if second != nil {
+			break
+		}
+	}
+	for second == nil {
+		select {
+		case second = <-cands[(first+1)%3].term:
+		case second = <-cands[(first+2)%3].term:
+		case <-ctx.Done():
+			t.Fatal("no new leader after the first died")
+		}
+	}
+	t.Logf("failover: new leader acting %.2fs after the old one's client died (session TTL %s)", time.Since(start).Seconds(), cfgs[0].TTL())
+	if second.Rev <= firstTerm.Rev {
+		t.Errorf("new term revision %d not after the old %d", second.Rev, firstTerm.Rev)
+	}
+	if err := fenced(firstTerm, "/fleetd/test/b"); err == nil {
+		t.Error("a write fenced by the deposed leader's term succeeded")
+	}
+	if err := fenced(second, "/fleetd/test/c"); err != nil {
+		t.Errorf("write in the new term: %v", err)
+	}
+	second.Resign(ctx)
+	select {
+	case <-second.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("term not done after Resign")
+	}
+}

@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// memberStartTimeout bounds how long a member waits for its peers to form
+// a quorum on start: the other servers may start a little later.
+const memberStartTimeout = 2 * time.Minute
+
+// Member is an etcd member running inside this fleetd server.
+type Member struct{ e *embed.Etcd }
+
+// StartMember starts this server's embedded etcd member and waits until it
+// serves (its cluster has a quorum). A data dir from an earlier run is
+// rejoined, not re-bootstrapped.
+func StartMember(ctx context.Context, c *EmbeddedConfig) (*Member, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.DataDir
+	peer, err := url.Parse(c.ListenPeer)
+	if err != nil {
+		return nil, err
+	}
+	client, err := url.Parse(c.ListenClient)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.InitialCluster = c.initialCluster()
+	cfg.InitialClusterToken = "fleetd"
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	// One fleetd transaction is one etcd transaction: a reconcile pass
+	// may launch or update hundreds of nodes at once.
+	cfg.MaxTxnOps = 4096
+	cfg.MaxRequestBytes = 16 << 20
+	// etcd keeps every revision until compacted and refuses writes at its
+	// quota; fleetd reads only the present, so an hour of history is plenty.
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	cfg.LogLevel = "error"
+	cfg.Logger = "zap"
+	// Keep the member's own metrics/log noise out of fleetd's output.
+	cfg.LogOutputs = []string{"stderr"}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd %s: %w", c.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Member{e: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd %s: %w", c.Name, err)
+	case <-time.After(memberStartTimeout):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd %s: no quorum after %s: are the other members of initial_cluster running and reachable on their peer URLs?", c.Name, memberStartTimeout)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops the member.
+func (m *Member) Close() {
+	if m != nil && m.e != nil {
+		m.e.Close()
+	}
+}
+
+// Connect opens the etcd client of this server.
+func Connect(ctx context.Context, c *Config) (*clientv3.Client, error) {
+	tlsCfg, err := c.Etcd.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: tlsCfg, Context: ctx,
+		// Keepalives notice a dead member within seconds, so the client
+		// moves to another endpoint.
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client %v: %w", c.Endpoints(), err)
+	}
+	return cli, nil
+}
