@@ -234,6 +234,12 @@ fleet "ha" {
 		t.Fatalf("status through follower %s: leader %q server %q fleets %d, want leader %s (exit %d)\n%s", followers[1].name, st.Leader, st.Server, len(st.Fleets), leader, code, out)
 	}
 
+	// API clients run through everything below; their history is checked
+	// for linearizability at the end.
+	hist := &apiHistory{start: time.Now()}
+	stopClients := make(chan struct{})
+	clients := runClients(t, servers[0].url+","+servers[1].url+","+servers[2].url, token, 3, hist, stopClients)
+
 	// SIGKILL the leader.
 	killed := time.Now()
 	if err := lead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -252,17 +258,75 @@ fleet "ha" {
 	// past dead_after, the same two nodes still run and nothing was
 	// launched in their place.
 	time.Sleep(25 * time.Second)
-	if !running(rest) {
-		t.Fatalf("after the failover: nodes %+v, want the same 2 running", det.Nodes)
-	}
-	for _, x := range det.Nodes {
-		if inst, ok := before[x.ID]; !ok || inst != x.InstanceID {
-			t.Errorf("node %s (instance %s) is new or changed after the failover; before: %v", x.ID, x.InstanceID, before)
+	sameNodes := func(when string) {
+		t.Helper()
+		if !running(rest) {
+			t.Fatalf("%s: nodes %+v, want the same 2 running", when, det.Nodes)
+		}
+		for _, x := range det.Nodes {
+			if inst, ok := before[x.ID]; !ok || inst != x.InstanceID {
+				t.Errorf("%s: node %s (instance %s) is new or changed; before: %v", when, x.ID, x.InstanceID, before)
+			}
+		}
+		if n := len(procsMatching("local-node", nodeDir)); n != 2 {
+			t.Errorf("%s: %d node processes, want 2 (none launched twice)", when, n)
 		}
 	}
-	if n := len(procsMatching("local-node", nodeDir)); n != 2 {
-		t.Errorf("%d node processes, want 2 (none launched twice)", n)
+	sameNodes("after the leader was killed")
+
+	// The killed server comes back (its etcd member rejoins) as a follower.
+	lead.start(t, bin)
+	waitUntil(t, "the restarted server answering as a follower", 60*time.Second, func() bool {
+		info, err := clusterInfo(lead, token)
+		return err == nil && !info.IsLeader && info.Leader == next
+	})
+
+	// SIGSTOP the leader past its session TTL, then SIGCONT: another server
+	// leads meanwhile, and the paused one must find itself deposed and act
+	// no more (its writes are fenced in any case).
+	var paused *haServer
+	for _, s := range servers {
+		if s.name == next {
+			paused = s
+		}
 	}
+	var others []*haServer
+	for _, s := range servers {
+		if s != paused {
+			others = append(others, s)
+		}
+	}
+	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var third string
+	waitUntil(t, "a leader while the old one is paused", 30*time.Second, func() bool {
+		third = leaderOf(others)
+		return third != "" && third != next
+	})
+	t.Logf("leader %s SIGSTOPped; %s leads %.2fs later", next, third, time.Since(stopped).Seconds())
+	time.Sleep(time.Until(stopped.Add(6 * time.Second)))
+	if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the resumed server to know it is deposed", 20*time.Second, func() bool {
+		info, err := clusterInfo(paused, token)
+		return err == nil && !info.IsLeader && info.Leader == third
+	})
+	if !strings.Contains(paused.logs.String(), "leadership lost") {
+		t.Errorf("the resumed server %s did not log that it lost leadership", paused.name)
+	}
+	time.Sleep(3 * time.Second)
+	rest = others[0].url + "," + others[1].url + "," + paused.url
+	sameNodes("after the leader was paused and resumed")
+	next = third
+
+	close(stopClients)
+	clients.Wait()
+	ops, known := hist.check(t)
+	t.Logf("linearizability: %d API operations checked (%d with a known outcome) across 2 leader changes", ops, known)
+
 	out, _, _ = cli(rest, "status")
 	if !strings.Contains(out, next) {
 		t.Errorf("status does not name the new leader %s:\n%s", next, out)
