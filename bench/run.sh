@@ -3,7 +3,7 @@
 #
 #   make bench              # builds bin/fleetd first, then runs this
 #   BENCH_OUT=dir bench/run.sh   # keep logs and JSON figures in dir
-#   BENCH_ONLY=scale|recovery bench/run.sh
+#   BENCH_ONLY=scale|recovery|ha bench/run.sh
 #   BENCH_STRICT=1 bench/run.sh  # exit 1 when a figure misses its target
 #
 # The benchmarks print figures; they are not tests. Each program prints
@@ -37,6 +37,7 @@ echo "== machine"
 echo "== build"
 go build -o "$tmp/scale" ./bench/scale || exit 1
 go build -o "$tmp/recovery" ./bench/recovery || exit 1
+go build -o "$tmp/ha" ./bench/ha || exit 1
 if [[ ! -x "$FLEETD_BIN" ]]; then
   echo "$FLEETD_BIN not found: run make build (make bench does)" >&2
   exit 1
@@ -51,6 +52,12 @@ if [[ "$ONLY" == all || "$ONLY" == recovery ]]; then
   "$tmp/recovery" -fleetd "$FLEETD_BIN" -python "$PYTHON" -json "$OUT/recovery.json" 2>&1 | tee "$OUT/recovery.log"
 fi
 
+if [[ "$ONLY" == all || "$ONLY" == ha ]]; then
+  echo "== ha: $tmp/ha -fleetd $FLEETD_BIN -json $OUT/ha.json"
+  # embedded etcd logs JSON lines at error level on shutdown; keep them out of the summary
+  "$tmp/ha" -fleetd "$FLEETD_BIN" -json "$OUT/ha.json" 2>&1 | grep -v '^{"level"' | tee "$OUT/ha.log"
+fi
+
 echo
 echo "================ fleetd benchmarks: summary ================"
 cat "$OUT/machine.txt"
@@ -58,7 +65,7 @@ echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at end"
 echo "elapsed: $(( $(date +%s) - start )) s"
 # Each program repeats its figures after a "==== <name>: summary ====" line.
 summary=$(awk 'FNR == 1 {on = 0} /^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' \
-  "$OUT"/scale.log "$OUT"/recovery.log 2>/dev/null)
+  "$OUT"/scale.log "$OUT"/recovery.log "$OUT"/ha.log 2>/dev/null)
 echo "$summary"
 fails=$(grep -c ' FAIL' <<<"$summary" || true)
 passes=$(grep -c ' PASS$' <<<"$summary" || true)

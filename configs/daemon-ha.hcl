@@ -8,7 +8,7 @@ advertise_url = "http://10.0.1.5:7777" # what nodes and the other servers use
 data_dir      = "/var/lib/fleetd"      # token, the etcd member's data (data_dir/etcd)
 
 cluster {
-  session_ttl = "5s" # a dead leader is replaced within about this long
+  session_ttl = "3s" # a dead leader is replaced within about this long (the default)
 
   embedded_etcd {
     name          = "a"

@@ -16,7 +16,7 @@ func TestExampleDaemonConfigs(t *testing.T) {
 		}
 		if name == "daemon-ha.hcl" {
 			c := cfg.Cluster
-			if c == nil || c.Embedded == nil || c.Name != "a" || len(c.Embedded.InitialCluster) != 3 || len(c.Endpoints()) != 3 || c.TTL().Seconds() != 5 {
+			if c == nil || c.Embedded == nil || c.Name != "a" || len(c.Embedded.InitialCluster) != 3 || len(c.Endpoints()) != 3 || c.TTL().Seconds() != 3 {
 				t.Errorf("daemon-ha.hcl cluster: %+v", c)
 			}
 		}

@@ -22,7 +22,7 @@ import (
 
 // Defaults.
 const (
-	DefaultSessionTTL = 5 * time.Second
+	DefaultSessionTTL = 3 * time.Second
 	DefaultPrefix     = "/fleetd/"
 )
 
@@ -33,7 +33,7 @@ type Config struct {
 	// default: the embedded member's name, else the host name.
 	Name string `hcl:"name,optional"`
 	// SessionTTL bounds failover: a leader that stops renewing its session
-	// loses leadership this long after its last renewal. Default 5s.
+	// loses leadership this long after its last renewal. Default 3s.
 	SessionTTL string `hcl:"session_ttl,optional"`
 	// Prefix is where fleetd's keys live in etcd; default "/fleetd/".
 	Prefix   string          `hcl:"prefix,optional"`
