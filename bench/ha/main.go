@@ -3,16 +3,16 @@
 // cost of state on etcd next to bbolt. It prints FIGURE lines (see
 // bench/internal/report):
 //
-//	ha -fleetd bin/fleetd [-runs 3] [-ttl 5s] [-json out.json]
+//		ha -fleetd bin/fleetd [-runs 3] [-ttl 5s] [-json out.json]
 //
-//   - failover: the leader is SIGKILLed while a two-node local fleet runs;
-//     seconds until another server is elected, and until it has committed a
-//     write (an apply answered);
-//   - notice during failover: right after the kill a spot notice is injected
-//     into a node (`fleetd debug interrupt` through the surviving servers);
-//     seconds until the replacement node is requested;
-//   - writes: the latency of one durable state update (a node record and an
-//     event) on bbolt and on a three-member etcd.
+//	  - failover: the leader is SIGKILLed while a two-node local fleet runs;
+//	    seconds until another server is elected, and until it has committed a
+//	    write (an apply answered);
+//	  - notice during failover: right after the kill a spot notice is injected
+//	    into a node (`fleetd debug interrupt` through the surviving servers);
+//	    seconds until the replacement node is requested;
+//	  - writes: the latency of one durable state update (a node record and an
+//	    event) on bbolt and on a three-member etcd.
 package main
 
 import (
