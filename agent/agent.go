@@ -25,6 +25,9 @@ const (
 	PIDFileName   = "agent.pid"  // written once the agent is up; removed on clean exit
 	DrainFileName = "drain.json" // written on a terminal interruption notice
 	LogFileName   = "agent.log"  // in the log dir: JSON lines
+	// CheckpointRequestFileName exists while the agent asks the workers to
+	// checkpoint before they stop (FLEETD_CHECKPOINT_REQUEST).
+	CheckpointRequestFileName = "checkpoint-request.json"
 )
 
 // NoticeReporter delivers notices to the control daemon. It is called
@@ -79,6 +82,9 @@ type Options struct {
 	// WarmJoinWait bounds how long a starting agent waits for its warm
 	// interpreters before it joins the rendezvous; default DefaultWarmJoinWait.
 	WarmJoinWait time.Duration
+	// NoticeMargin: workers asked to checkpoint on a notice must be gone
+	// this long before the notice's deadline; default DefaultNoticeMargin.
+	NoticeMargin time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -93,6 +99,7 @@ func (o Options) withDefaults() Options {
 	def(&o.LeaveTimeout, DefaultLeaveTimeout)
 	def(&o.MaxBackoff, DefaultMaxBackoff)
 	def(&o.WarmJoinWait, DefaultWarmJoinWait)
+	def(&o.NoticeMargin, DefaultNoticeMargin)
 	o.MaxBackoff = max(o.MaxBackoff, minBackoff)
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
@@ -130,9 +137,35 @@ func ReadDrain(file string) (Drain, error) {
 	return d, nil
 }
 
+// CheckpointRequest is the content of the checkpoint request file
+// (FLEETD_CHECKPOINT_REQUEST): on a round change caused by an interruption
+// notice the agent writes it, then SIGTERMs the workers of the round being
+// replaced, on the node that got the notice and on every survivor. A worker
+// that honours it finishes its step, checkpoints, writes the step to
+// FLEETD_CHECKPOINT_DONE and exits 0 before Deadline; at Deadline the agent
+// SIGKILLs what is left. See docs/agent.md, "Checkpoint on notice".
+type CheckpointRequest struct {
+	// Round is the round whose workers are asked (their FLEETD_ROUND).
+	Round int `json:"round"`
+	// Reason is why: "notice" (rendezvous.CauseNotice).
+	Reason string `json:"reason"`
+	// Detail says which node and notice, for logs.
+	Detail string `json:"detail,omitempty"`
+	// Leaving: this node is the one with the notice; it will not rejoin.
+	Leaving bool `json:"leaving"`
+	// Deadline: the workers must have exited by then (SIGKILL follows).
+	Deadline time.Time `json:"deadline"`
+	// NoticeDeadline is when the node with the notice goes away, when
+	// this node knows it (its own drain file).
+	NoticeDeadline time.Time `json:"notice_deadline,omitzero"`
+	RequestedAt    time.Time `json:"requested_at"`
+}
+
 // Paths are the host paths of the agent's files for a config and root.
 type Paths struct {
 	WorkDir, LogDir, PIDFile, DrainFile, LogFile string
+	// CheckpointRequest is FLEETD_CHECKPOINT_REQUEST.
+	CheckpointRequest string
 }
 
 // PathsFor re-roots the config's VM paths under root.
@@ -146,6 +179,8 @@ func PathsFor(cfg Config, root string) Paths {
 		PIDFile:   filepath.Join(work, PIDFileName),
 		DrainFile: filepath.Join(work, DrainFileName),
 		LogFile:   filepath.Join(logs, LogFileName),
+
+		CheckpointRequest: filepath.Join(work, CheckpointRequestFileName),
 	}
 }
 
@@ -221,6 +256,9 @@ func Run(ctx context.Context, opts Options) error {
 	if d, err := ReadDrain(a.paths.DrainFile); err == nil {
 		a.drain = &d // restarted after a notice: keep the earliest deadline known
 	}
+	// A request left by an agent that died while its workers stopped is
+	// not addressed to the workers this agent starts.
+	_ = os.Remove(a.paths.CheckpointRequest)
 	if err := writeFileAtomic(a.paths.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -285,7 +323,7 @@ func (a *agent) runElastic(ctx context.Context, dc *daemonClient, hc *http.Clien
 	}
 	wg.Go(func() { shipper.run(ctx) })
 	sup := &supervisor{
-		log: a.log, logDir: a.paths.LogDir, drainFile: a.paths.DrainFile,
+		log: a.log, logDir: a.paths.LogDir, drainFile: a.paths.DrainFile, requestFile: a.paths.CheckpointRequest,
 		fleet: a.opts.Config.Fleet, node: a.opts.Config.NodeID, ifname: id.Ifname,
 		ship:  shipper.add,
 		exits: make(chan workerExit, 16), quit: make(chan struct{}),
@@ -394,6 +432,17 @@ func (a *agent) startDrain(n interruption.Notice) error {
 	return nil
 }
 
+// noticeDeadline is the deadline of the node's own terminal notice, if it
+// has one.
+func (a *agent) noticeDeadline() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.drain == nil {
+		return time.Time{}
+	}
+	return a.drain.Deadline
+}
+
 // drainForExclusion writes the drain file when the rendezvous excluded the
 // node and no local notice did already: the workers checkpoint on it as
 // on any notice.
@@ -414,6 +463,15 @@ func (a *agent) drainForExclusion(reason string) error {
 	a.drain = &d
 	a.log.Info("drain started", "kind", string(d.Kind), "reason", reason, "file", a.paths.DrainFile)
 	return nil
+}
+
+// writeJSONAtomic writes v as indented JSON with writeFileAtomic.
+func writeJSONAtomic(file string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(file, append(b, '\n'))
 }
 
 // writeFileAtomic replaces file so readers never see a partial write.

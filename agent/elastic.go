@@ -22,9 +22,15 @@ const (
 	DefaultLeaveTimeout   = 5 * time.Second
 	DefaultMaxBackoff     = 5 * time.Second
 	defaultDrainGrace     = 30 * time.Second // torchrun's shutdown timeout
-	defaultHeartbeat      = 2 * time.Second
-	minBackoff            = 200 * time.Millisecond
-	progressEvery         = 10 * time.Second
+	// DefaultNoticeMargin: workers asked to checkpoint on a notice must be
+	// gone this long before the notice's deadline (Options.NoticeMargin).
+	DefaultNoticeMargin = 5 * time.Second
+	// minCheckpointGrace: even past the deadline, workers get this long
+	// between SIGTERM and SIGKILL.
+	minCheckpointGrace = time.Second
+	defaultHeartbeat   = 2 * time.Second
+	minBackoff         = 200 * time.Millisecond
+	progressEvery      = 10 * time.Second
 	// masterListenWait bounds how long a node holds its warm workers back
 	// until the master's store listens: torch < 2.4's TCPStore client
 	// retries a refused connect once a second, so waiting longer cannot
@@ -50,6 +56,8 @@ const (
 	wsSucceeded  = "succeeded"
 	wsDrained    = "drained"
 	wsStarting   = "starting" // waiting for the master's store
+	// checkpointing: asked to checkpoint before stopping (notice)
+	wsCheckpointing = "checkpointing"
 )
 
 // elastic is the controller: one goroutine owns the node's rendezvous view
@@ -430,8 +438,40 @@ func (e *elastic) grace(membership bool) time.Duration {
 	return g
 }
 
-// stopWorkers stops the current workers, if any are alive.
-func (e *elastic) stopWorkers(membership bool, why string) {
+// checkpointAsk is a stop caused by an interruption notice: the workers
+// are asked to checkpoint first (docs/agent.md, "Checkpoint on notice").
+type checkpointAsk struct {
+	leaving bool   // this node got the notice
+	detail  string // which node, which notice
+}
+
+// askFor returns the checkpoint request a view implies for the node's
+// running workers: on a round change the rendezvous attributes to a
+// notice, or nil.
+func askFor(v rendezvous.View) *checkpointAsk {
+	if v.Cause != rendezvous.CauseNotice {
+		return nil
+	}
+	return &checkpointAsk{detail: v.Reason}
+}
+
+// checkpointBound is how long workers asked to checkpoint may take before
+// they are SIGKILLed: drain_grace, and on the node with the notice at most
+// until NoticeMargin before its deadline (never less than
+// minCheckpointGrace). The survivors do not know the deadline; their
+// workers stop with the leaving node's, whose SIGKILL breaks their group.
+func (e *elastic) checkpointBound(noticeDeadline, now time.Time) time.Duration {
+	g := e.grace(false)
+	if !noticeDeadline.IsZero() {
+		g = min(g, noticeDeadline.Sub(now)-e.a.opts.NoticeMargin)
+	}
+	return max(g, minCheckpointGrace)
+}
+
+// stopWorkers stops the current workers, if any are alive. With ask, the
+// workers are first asked to checkpoint: the request file is written,
+// then they get SIGTERM and until the request's deadline.
+func (e *elastic) stopWorkers(membership bool, why string, ask *checkpointAsk) {
 	if e.ws == nil || !e.ws.running() {
 		if e.ws != nil {
 			e.ws.stopping.Store(true)
@@ -439,10 +479,56 @@ func (e *elastic) stopWorkers(membership bool, why string) {
 		return
 	}
 	g := e.grace(membership)
-	e.a.log.Info("stopping workers", "round", e.ws.round, "reason", why, "grace", g.String())
 	start := time.Now()
+	var req *CheckpointRequest
+	if ask != nil {
+		var nd time.Time
+		if ask.leaving {
+			nd = e.a.noticeDeadline()
+		}
+		g = e.checkpointBound(nd, start)
+		req = &CheckpointRequest{Round: e.ws.round, Reason: rendezvous.CauseNotice, Detail: ask.detail, Leaving: ask.leaving,
+			Deadline: start.Add(g).UTC(), NoticeDeadline: nd, RequestedAt: start.UTC()}
+		if err := writeJSONAtomic(e.sup.requestFile, req); err != nil {
+			e.a.log.Error("writing the checkpoint request failed; stopping the workers anyway", "err", err)
+		}
+		e.setStatus(e.ws.round, wsCheckpointing)
+		e.a.log.Info("asking workers to checkpoint before they stop", "round", e.ws.round, "reason", why,
+			"leaving", ask.leaving, "bound", g.Round(time.Millisecond).String(), "deadline", req.Deadline, "notice_deadline", nd, "file", e.sup.requestFile)
+	} else {
+		e.a.log.Info("stopping workers", "round", e.ws.round, "reason", why, "grace", g.String())
+	}
 	killed := e.ws.stop(g)
-	e.a.log.Info("workers stopped", "round", e.ws.round, "took", time.Since(start).Round(time.Millisecond).String(), "sigkilled", killed)
+	step, n := e.ws.checkpointed()
+	attrs := []any{"round", e.ws.round, "took", time.Since(start).Round(time.Millisecond).String(), "sigkilled", killed}
+	if n > 0 {
+		attrs = append(attrs, "checkpoint_step", step, "checkpointed_workers", n)
+	}
+	if req != nil {
+		if err := os.Remove(e.sup.requestFile); err != nil && !os.IsNotExist(err) {
+			e.a.log.Warn("removing the checkpoint request failed", "err", err)
+		}
+		attrs = append(attrs, "workers", len(e.ws.workers))
+		if n == len(e.ws.workers) && killed == 0 {
+			e.a.log.Info("workers checkpointed and stopped", attrs...)
+			return
+		}
+		e.a.log.Warn("workers stopped without confirming a checkpoint", attrs...)
+		return
+	}
+	e.a.log.Info("workers stopped", attrs...)
+}
+
+// resumeStep is FLEETD_RESUME_STEP for the next round: the step the
+// node's last workers confirmed they checkpointed, if they did.
+func (e *elastic) resumeStep() *int64 {
+	if e.ws == nil {
+		return nil
+	}
+	if step, n := e.ws.checkpointed(); n > 0 {
+		return &step
+	}
+	return nil
 }
 
 func (e *elastic) cancelTimers() {
@@ -478,7 +564,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 	switch v.State {
 	case rendezvous.NodeFinished:
 		e.cancelTimers()
-		e.stopWorkers(false, "job finished")
+		e.stopWorkers(false, "job finished", nil)
 		e.sup.closeWarm("job finished")
 		e.setStatus(0, wsStopped)
 		e.finished = true
@@ -493,7 +579,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 			e.a.log.Error("writing drain file failed", "err", err)
 		}
 		e.setStatus(e.roundOf(), wsDrained)
-		e.stopWorkers(false, "excluded: "+v.Reason)
+		e.stopWorkers(false, "excluded: "+v.Reason, &checkpointAsk{leaving: true, detail: "this node was excluded: " + v.Reason})
 		e.sup.closeWarm("node excluded")
 		e.setStatus(0, wsDrained)
 
@@ -510,7 +596,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 
 	case rendezvous.NodeWaiting, rendezvous.NodeStandby:
 		e.cancelTimers()
-		e.stopWorkers(true, "round "+fmt.Sprint(v.Round)+" is "+string(v.State))
+		e.stopWorkers(true, "round "+fmt.Sprint(v.Round)+" is "+string(v.State), askFor(v))
 		e.setStatus(0, string(v.State))
 
 	case rendezvous.NodeAssigned:
@@ -527,7 +613,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 			return
 		}
 		e.cancelTimers()
-		e.stopWorkers(true, fmt.Sprintf("new round %d", v.Round))
+		e.stopWorkers(true, fmt.Sprintf("new round %d", v.Round), askFor(v))
 		// Warm workers would reach MASTER_PORT before the master's new
 		// store is up (its old worker checkpoints first) and then retry
 		// only after a second: when this job's masters report their
@@ -568,10 +654,15 @@ func (e *elastic) roundOf() int {
 
 func (e *elastic) startWorkers(a rendezvous.Assignment) {
 	tc := e.trainingConfig()
-	e.a.log.Info("starting workers", "round", a.Round, "group_rank", a.GroupRank, "group_world_size", a.GroupWorldSize,
+	resume := e.resumeStep()
+	attrs := []any{"round", a.Round, "group_rank", a.GroupRank, "group_world_size", a.GroupWorldSize,
 		"world_size", a.WorldSize, "rank_offset", a.RankOffset, "master", fmt.Sprintf("%s:%d", a.MasterAddr, a.MasterPort),
-		"restart_count", e.restarts)
-	e.ws = e.sup.start(a, tc, e.restarts)
+		"restart_count", e.restarts}
+	if resume != nil {
+		attrs = append(attrs, "resume_step", *resume)
+	}
+	e.a.log.Info("starting workers", attrs...)
+	e.ws = e.sup.start(a, tc, e.restarts, resume)
 	e.setStatus(a.Round, wsRunning)
 	if a.GroupRank == 0 {
 		go e.reportListening(e.ws)
@@ -604,7 +695,7 @@ func (e *elastic) onExit(ctx context.Context, ex workerExit) {
 		// the group; the new round usually arrives within dead_after.
 		window := e.a.opts.PeerLostWindow
 		e.a.log.Warn("worker lost a peer; waiting for a new round before counting a failure", "round", set.round, "worker", desc, "window", window.String())
-		e.stopWorkers(true, "a peer was lost")
+		e.stopWorkers(true, "a peer was lost", nil)
 		e.setStatus(0, wsPeerLost)
 		e.cancelTimers()
 		e.peerLost = e.after(window, "peer-lost", set)
@@ -643,7 +734,7 @@ func (e *elastic) onTimer(ctx context.Context, t timerEvent) {
 func (e *elastic) failure(ctx context.Context, desc string) {
 	tc := e.trainingConfig()
 	e.restarts++
-	e.stopWorkers(true, "worker failure")
+	e.stopWorkers(true, "worker failure", nil)
 	if e.restarts > tc.MaxRestarts {
 		e.failed = true
 		e.sup.closeWarm("max_restarts exceeded")
@@ -741,7 +832,7 @@ func (e *elastic) reportDone(success bool, detail string) {
 // then the node leaves the rendezvous so the others re-form at once.
 func (e *elastic) shutdown() {
 	e.cancelTimers()
-	e.stopWorkers(false, "agent shutdown")
+	e.stopWorkers(false, "agent shutdown", nil)
 	e.sup.closeWarm("agent shutdown")
 	e.setStatus(0, wsStopped)
 	if !e.joined || e.excluded || e.finished || e.rz == nil {

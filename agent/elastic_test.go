@@ -119,7 +119,7 @@ func groupRankZero(t *testing.T, d *fakeDaemon, agents []*testAgent) (*testAgent
 	return zero, rest
 }
 
-func startThree(t *testing.T, steps int, deadAfter time.Duration, extra map[string][]agentOpt) (*fakeDaemon, []*testAgent, string) {
+func startThree(t *testing.T, steps int, deadAfter time.Duration, extra map[string][]agentOpt, args ...string) (*fakeDaemon, []*testAgent, string) {
 	t.Helper()
 	addrs := loopbackAddrs(t, 3)
 	ckpt := t.TempDir()
@@ -127,7 +127,7 @@ func startThree(t *testing.T, steps int, deadAfter time.Duration, extra map[stri
 	if deadAfter > 0 {
 		rc.DeadAfter = deadAfter
 	}
-	d := newFakeDaemon(t, rc, trainerJob(t, steps, ckpt))
+	d := newFakeDaemon(t, rc, trainerJob(t, steps, ckpt, args...))
 	var agents []*testAgent
 	for i, addr := range addrs {
 		id := "n" + string(rune('0'+i))
@@ -257,6 +257,18 @@ func TestLostNodeSurvivorsRestartAfterDeadAfter(t *testing.T) {
 	wantDone(t, d, true)
 	// The victim may die between printing a step and checkpointing it.
 	survivorsRestarted(t, survivors, atStep-1)
+	// An unannounced loss is no notice: nobody was asked to checkpoint,
+	// and no next round was told a resume step.
+	for _, a := range survivors {
+		if l := a.logLines(t, "asking workers to checkpoint before they stop"); len(l) != 0 {
+			t.Errorf("agent %s asked for a checkpoint after an unannounced loss: %+v", a.id, l)
+		}
+		for _, ev := range a.events(t) {
+			if (ev.Event == "stop" && ev.Request != nil) || (ev.Event == "start" && ev.ResumeStep != nil) {
+				t.Errorf("agent %s: round %d %s event %+v after an unannounced loss", a.id, ev.Round, ev.Event, ev)
+			}
+		}
+	}
 	if c := readCheckpoint(t, ckpt); c.Step != steps || c.WorldSize != 2 {
 		t.Errorf("final checkpoint %+v, want step %d at world size 2", c, steps)
 	}
@@ -361,7 +373,9 @@ func testWorkerEnvironmentContract(t *testing.T, py string, warm bool) {
 			"PYTHONUNBUFFERED":             "1",
 			"FLEETD_FLEET":                 testFleet, "FLEETD_NODE_ID": node.id, "FLEETD_DRAIN_FILE": node.paths().DrainFile,
 			"FLEETD_CHECKPOINT_URI": ckpt, "FLEETD_ROUND": "1",
-			"FOO": "bar", "NCCL_DEBUG": "WARN", "FLEETD_TEST_INHERITED": "from the agent",
+			"FLEETD_CHECKPOINT_REQUEST": node.paths().CheckpointRequest,
+			"FLEETD_CHECKPOINT_DONE":    filepath.Join(node.paths().LogDir, "round-1", "rank-"+itoa(rank)+".checkpoint"),
+			"FOO":                       "bar", "NCCL_DEBUG": "WARN", "FLEETD_TEST_INHERITED": "from the agent",
 		}
 		if v, ok := os.LookupEnv("OMP_NUM_THREADS"); ok {
 			want["OMP_NUM_THREADS"] = v
@@ -380,6 +394,9 @@ func testWorkerEnvironmentContract(t *testing.T, py string, warm bool) {
 			if got, ok := env[k]; !ok || got != v {
 				t.Errorf("rank %d: %s=%q (set: %v), want %q", rank, k, got, ok, v)
 			}
+		}
+		if v, ok := env["FLEETD_RESUME_STEP"]; ok {
+			t.Errorf("rank %d: FLEETD_RESUME_STEP=%q in the first round", rank, v)
 		}
 		for _, k := range torchrunKeys {
 			if _, ok := env[k]; !ok {

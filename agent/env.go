@@ -15,6 +15,10 @@ const (
 	EnvDrainFile     = "FLEETD_DRAIN_FILE"
 	EnvCheckpointURI = "FLEETD_CHECKPOINT_URI"
 	EnvRound         = "FLEETD_ROUND"
+	// The checkpoint-on-notice contract (docs/agent.md).
+	EnvCheckpointRequest = "FLEETD_CHECKPOINT_REQUEST" // the file that exists while the agent asks for a checkpoint
+	EnvCheckpointDone    = "FLEETD_CHECKPOINT_DONE"    // per worker: where it writes the step it checkpointed
+	EnvResumeStep        = "FLEETD_RESUME_STEP"        // the step this node's previous workers checkpointed
 )
 
 // workerEnvParams is everything a worker's environment depends on.
@@ -27,6 +31,12 @@ type workerEnvParams struct {
 	DrainFile    string
 	// ErrorFile returns TORCHELASTIC_ERROR_FILE for a local rank.
 	ErrorFile func(localRank int) string
+	// CheckpointRequest is FLEETD_CHECKPOINT_REQUEST (the same for every round).
+	CheckpointRequest string
+	// CheckpointDone returns FLEETD_CHECKPOINT_DONE for a local rank.
+	CheckpointDone func(localRank int) string
+	// ResumeStep, if set, becomes FLEETD_RESUME_STEP.
+	ResumeStep *int64
 	// Ifname, if set, becomes GLOO_SOCKET_IFNAME unless already set.
 	Ifname string
 }
@@ -72,6 +82,19 @@ func workerEnv(p workerEnvParams, localRank int) []string {
 	}
 	if p.ErrorFile != nil {
 		set["TORCHELASTIC_ERROR_FILE"] = p.ErrorFile(localRank)
+	}
+	if p.CheckpointRequest != "" {
+		set[EnvCheckpointRequest] = p.CheckpointRequest
+	}
+	// Per-round values the agent did not set must not leak in from its
+	// own environment or the spec.
+	delete(env, EnvCheckpointDone)
+	delete(env, EnvResumeStep)
+	if p.CheckpointDone != nil {
+		set[EnvCheckpointDone] = p.CheckpointDone(localRank)
+	}
+	if p.ResumeStep != nil {
+		set[EnvResumeStep] = strconv.FormatInt(*p.ResumeStep, 10)
 	}
 	for k, v := range set {
 		env[k] = v

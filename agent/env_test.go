@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -31,6 +32,7 @@ func TestWorkerEnv(t *testing.T) {
 		nproc     int
 		localRank int
 		ifname    string
+		resume    *int64
 		want      map[string]string
 		absent    []string
 	}{
@@ -43,8 +45,20 @@ func TestWorkerEnv(t *testing.T) {
 				"TORCHELASTIC_ERROR_FILE": "/logs/round-7/rank-5.error.json", "OMP_NUM_THREADS": "1",
 				"NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "PYTHONUNBUFFERED": "1",
 				"FLEETD_FLEET": "f", "FLEETD_NODE_ID": "n", "FLEETD_DRAIN_FILE": "/work/drain.json",
-				"FLEETD_CHECKPOINT_URI": "file:///ckpt", "FLEETD_ROUND": "7", "PATH": "/bin", "HOME": "/root"},
-			absent: []string{"GLOO_SOCKET_IFNAME"},
+				"FLEETD_CHECKPOINT_URI": "file:///ckpt", "FLEETD_ROUND": "7", "PATH": "/bin", "HOME": "/root",
+				"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-5.checkpoint"},
+			absent: []string{"GLOO_SOCKET_IFNAME", "FLEETD_RESUME_STEP"},
+		},
+		{
+			name: "resume step after a confirmed checkpoint", nproc: 1, resume: new(int64(1200)),
+			want: map[string]string{"FLEETD_RESUME_STEP": "1200", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-2.checkpoint"},
+		},
+		{
+			name: "per-round checkpoint variables never come from elsewhere", nproc: 1,
+			base:   []string{"FLEETD_RESUME_STEP=9", "FLEETD_CHECKPOINT_REQUEST=/tmp/x"},
+			spec:   map[string]string{"FLEETD_CHECKPOINT_DONE": "/tmp/y"},
+			want:   map[string]string{"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-2.checkpoint"},
+			absent: []string{"FLEETD_RESUME_STEP"},
 		},
 		{
 			name: "one proc: no OMP default", nproc: 1, localRank: 0,
@@ -76,7 +90,10 @@ func TestWorkerEnv(t *testing.T) {
 				Base: tt.base, Assignment: assign(tt.nproc), RestartCount: 2, Fleet: "f", Node: "n",
 				Training:  TrainingConfig{MaxRestarts: 5, CheckpointURI: "file:///ckpt", Env: tt.spec},
 				DrainFile: "/work/drain.json", Ifname: tt.ifname,
-				ErrorFile: func(lr int) string { return filepath.Join("/logs/round-7", "rank-"+itoa(2*tt.nproc+lr)+".error.json") },
+				ErrorFile:         func(lr int) string { return filepath.Join("/logs/round-7", "rank-"+itoa(2*tt.nproc+lr)+".error.json") },
+				CheckpointRequest: "/work/checkpoint-request.json",
+				CheckpointDone:    func(lr int) string { return filepath.Join("/logs/round-7", "rank-"+itoa(2*tt.nproc+lr)+".checkpoint") },
+				ResumeStep:        tt.resume,
 			}
 			env := workerEnv(p, tt.localRank)
 			if !slices.IsSorted(env) {
@@ -137,5 +154,69 @@ func TestParseStepAndRootCause(t *testing.T) {
 	}
 	if got := rootCause(filepath.Join(dir, "missing.json")); got != "" {
 		t.Errorf("rootCause of a missing file = %q", got)
+	}
+}
+
+func TestReadCheckpointDone(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]int64{
+		"1200\n":                        1200,
+		"0":                             0,
+		`{"step": 42, "path": "/ckpt"}`: 42,
+		"-3":                            -1,
+		"12.5":                          -1,
+		`{"step": "7"}`:                 -1,
+		`{}`:                            -1,
+		"":                              -1,
+		"step 7":                        -1,
+	} {
+		f := filepath.Join(dir, "marker")
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := readCheckpointDone(f)
+		if (want < 0) == ok || (ok && got != want) {
+			t.Errorf("readCheckpointDone(%q) = %d, %v; want %d", body, got, ok, want)
+		}
+	}
+	if _, ok := readCheckpointDone(filepath.Join(dir, "missing")); ok {
+		t.Error("a missing marker reads as a checkpoint")
+	}
+	// The set's step is the lowest of its workers' markers; missing ones are skipped.
+	set := &workerSet{}
+	for i, body := range []string{"30", "", "29"} {
+		w := &worker{doneFile: filepath.Join(dir, "w"+itoa(i))}
+		if body != "" {
+			if err := os.WriteFile(w.doneFile, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		set.workers = append(set.workers, w)
+	}
+	if step, n := set.checkpointed(); step != 29 || n != 2 {
+		t.Errorf("checkpointed() = %d, %d; want 29, 2", step, n)
+	}
+}
+
+func TestCheckpointBound(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	e := &elastic{a: &agent{opts: Options{NoticeMargin: 5 * time.Second, RestartGrace: 10 * time.Second}}}
+	for _, tt := range []struct {
+		name     string
+		grace    time.Duration
+		deadline time.Time
+		want     time.Duration
+	}{
+		{"no deadline known: drain_grace, not RestartGrace", 90 * time.Second, time.Time{}, 90 * time.Second},
+		{"default drain_grace", 0, time.Time{}, defaultDrainGrace},
+		{"AWS 2 min notice: drain_grace first", 90 * time.Second, now.Add(2 * time.Minute), 90 * time.Second},
+		{"GCE 30 s notice: the deadline first", 90 * time.Second, now.Add(30 * time.Second), 25 * time.Second},
+		{"deadline almost there: a second anyway", 90 * time.Second, now.Add(3 * time.Second), minCheckpointGrace},
+		{"deadline passed", 90 * time.Second, now.Add(-time.Minute), minCheckpointGrace},
+	} {
+		e.training = TrainingConfig{DrainGrace: tt.grace}
+		if got := e.checkpointBound(tt.deadline, now); got != tt.want {
+			t.Errorf("%s: bound %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

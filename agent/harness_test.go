@@ -473,6 +473,10 @@ type event struct {
 	Weights      []float64 `json:"weights"`
 	Bias         float64   `json:"bias"`
 	Round        int       `json:"-"` // from the log file's directory
+	// Checkpoint on notice.
+	Request      *CheckpointRequest `json:"request"`
+	ResumeStep   *int64             `json:"resume_step"`
+	ExpectedStep *int64             `json:"expected_step"`
 }
 
 // events parses every worker log of the agent, in round order.
@@ -541,11 +545,14 @@ func readCheckpoint(t *testing.T, dir string) checkpoint {
 	return c
 }
 
-// trainerJob is the training config of the stdlib example trainer.
+// trainerJob is the training config of the stdlib example trainer. It
+// checkpoints every step (the lost-node test counts on it) unless extra
+// says otherwise: the last --ckpt-every wins.
 func trainerJob(t *testing.T, steps int, ckpt string, extra ...string) TrainingConfig {
 	py := needPython(t)
 	cmd := append([]string{py, filepath.Join(repoRoot(t), "examples", "trainer", "train.py"),
-		"--steps", strconv.Itoa(steps), "--step-time", "0.02", "--op-timeout", "3", "--connect-timeout", "20"}, extra...)
+		"--steps", strconv.Itoa(steps), "--step-time", "0.02", "--op-timeout", "3", "--connect-timeout", "20",
+		"--ckpt-every", "1"}, extra...)
 	return TrainingConfig{Command: cmd, NprocPerNode: 1, MaxRestarts: 3, DrainGrace: 5 * time.Second, CheckpointURI: ckpt}
 }
 

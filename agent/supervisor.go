@@ -70,6 +70,7 @@ type worker struct {
 	warm            bool // a warm interpreter became this worker
 	logFile         string
 	errorFile       string
+	doneFile        string        // FLEETD_CHECKPOINT_DONE
 	done            chan struct{} // closed once reaped; status is set then
 	status          exitStatus
 	exitedAt        time.Time
@@ -124,9 +125,11 @@ type supervisor struct {
 	log       *slog.Logger
 	logDir    string
 	drainFile string
-	fleet     string
-	node      string
-	ifname    string
+	// requestFile is FLEETD_CHECKPOINT_REQUEST.
+	requestFile string
+	fleet       string
+	node        string
+	ifname      string
 	// ship receives every output line (truncated to maxShipLine).
 	ship func(round, rank int, line string)
 	// onStep receives the step of every {"event":"step"} line.
@@ -142,10 +145,14 @@ func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, resta
 	p := workerEnvParams{
 		Base: os.Environ(), Assignment: a, Training: tc, RestartCount: restartCount,
 		Fleet: s.fleet, Node: s.node, DrainFile: s.drainFile, Ifname: s.ifname,
+		CheckpointRequest: s.requestFile,
 	}
 	if dir != "" {
 		p.ErrorFile = func(lr int) string {
 			return filepath.Join(dir, "rank-"+strconv.Itoa(a.Rank(lr))+".error.json")
+		}
+		p.CheckpointDone = func(lr int) string {
+			return filepath.Join(dir, "rank-"+strconv.Itoa(a.Rank(lr))+".checkpoint")
 		}
 	}
 	return p
@@ -153,16 +160,20 @@ func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, resta
 
 // start launches the node's workers for an assignment, each from its warm
 // interpreter when one is ready for it, else cold. A worker that cannot
-// be started is reported through exits like one that failed.
-func (s *supervisor) start(a rendezvous.Assignment, tc TrainingConfig, restartCount int) *workerSet {
+// be started is reported through exits like one that failed. resume, if
+// set, is the step the node's previous workers checkpointed
+// (FLEETD_RESUME_STEP).
+func (s *supervisor) start(a rendezvous.Assignment, tc TrainingConfig, restartCount int, resume *int64) *workerSet {
 	set := &workerSet{round: a.Round, assign: a, restartCount: restartCount, started: time.Now()}
 	dir := filepath.Join(s.logDir, "round-"+strconv.Itoa(a.Round))
 	mkErr := os.MkdirAll(dir, 0o755)
 	params := s.envParams(a, tc, restartCount, dir)
+	params.ResumeStep = resume
 	for lr := range a.LocalWorldSize {
 		w := &worker{localRank: lr, rank: a.Rank(lr), done: make(chan struct{})}
 		w.logFile = filepath.Join(dir, "rank-"+strconv.Itoa(w.rank)+".log")
 		w.errorFile = params.ErrorFile(lr)
+		w.doneFile = params.CheckpointDone(lr)
 		set.workers = append(set.workers, w)
 		err := mkErr
 		if err == nil {
@@ -183,6 +194,7 @@ func (s *supervisor) launch(set *workerSet, w *worker, tc TrainingConfig, env []
 		return errors.New("the fleet's training block has no command")
 	}
 	_ = os.Remove(w.errorFile) // a stale file would pose as this attempt's root cause
+	_ = os.Remove(w.doneFile)  // and a stale marker as this attempt's checkpoint
 	f, err := os.OpenFile(w.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -476,6 +488,47 @@ func (s *workerSet) stop(grace time.Duration) (killed int) {
 		}
 	}
 	return killed
+}
+
+// checkpointed reads the FLEETD_CHECKPOINT_DONE markers of the set's
+// workers: how many wrote a valid one, and the lowest step among them
+// (they should agree; the lowest is the safe claim).
+func (s *workerSet) checkpointed() (step int64, n int) {
+	for _, w := range s.workers {
+		st, ok := readCheckpointDone(w.doneFile)
+		if !ok {
+			continue
+		}
+		if n == 0 || st < step {
+			step = st
+		}
+		n++
+	}
+	return step, n
+}
+
+// readCheckpointDone parses a FLEETD_CHECKPOINT_DONE marker: the step as a
+// JSON number ("1200", what `f.write(str(step))` leaves), or a JSON object
+// with an integer "step".
+func readCheckpointDone(file string) (int64, bool) {
+	if file == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(file)
+	if err != nil || len(b) > 64<<10 {
+		return 0, false
+	}
+	var n int64
+	if json.Unmarshal(b, &n) == nil {
+		return n, n >= 0
+	}
+	var obj struct {
+		Step *int64 `json:"step"`
+	}
+	if json.Unmarshal(b, &obj) == nil && obj.Step != nil && *obj.Step >= 0 {
+		return *obj.Step, true
+	}
+	return 0, false
 }
 
 // rootCause reads a worker's torchelastic error file ({"message":

@@ -45,7 +45,7 @@ var roundEnvKeys = map[string]bool{
 	"RANK": true, "WORLD_SIZE": true, "GROUP_RANK": true, "GROUP_WORLD_SIZE": true,
 	"ROLE_RANK": true, "ROLE_WORLD_SIZE": true, "MASTER_ADDR": true, "MASTER_PORT": true,
 	"TORCHELASTIC_RESTART_COUNT": true, "TORCHELASTIC_RUN_ID": true, "TORCHELASTIC_ERROR_FILE": true,
-	EnvRound: true,
+	EnvRound: true, EnvCheckpointDone: true, EnvResumeStep: true,
 }
 
 // staticEnv is env without the per-round variables (env is sorted, so is

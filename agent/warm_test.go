@@ -98,7 +98,7 @@ func testSupervisor(t *testing.T, root string) (*supervisor, supervisorLog) {
 // runRound starts one round's workers and returns their exits and logs.
 func runRound(t *testing.T, s *supervisor, a rendezvous.Assignment, tc TrainingConfig) ([]*worker, []string) {
 	t.Helper()
-	set := s.start(a, tc, 2)
+	set := s.start(a, tc, 2, nil)
 	for range set.workers {
 		select {
 		case <-s.exits:

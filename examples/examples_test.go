@@ -37,6 +37,11 @@ type event struct {
 	RunID         string    `json:"run_id"`
 	RestartCount  int       `json:"restart_count"`
 	Error         string    `json:"error"`
+	// Checkpoint on notice (notice_test.go).
+	Time         float64      `json:"time"`
+	Request      *stopRequest `json:"request"`
+	ExpectedStep *int         `json:"expected_step"`
+	Message      string       `json:"message"`
 }
 
 // torchrun -t tees worker output with a "[default0]:" prefix.

@@ -84,6 +84,11 @@ type Machine struct {
 	listening, listened bool
 
 	excluded map[string]Exclusion
+	// noticeRound is the round that replaced a running round because a
+	// node was excluded (noticeReason says which); its views carry
+	// CauseNotice.
+	noticeRound  int
+	noticeReason string
 }
 
 // NewMachine starts a fleet's rendezvous with round 1 open.
@@ -269,7 +274,9 @@ func (m *Machine) Exclude(now time.Time, node, reason string) Effects {
 	eff.Changed, eff.Persist = true, true
 	eff.event(Event{Kind: EventMemberExcluded, At: now, Round: m.round, Node: node, Reason: reason})
 	if mb := m.members[node]; mb != nil && m.remove(mb, &eff) {
-		m.reform(now, fmt.Sprintf("node %s excluded: %s", node, reason), &eff)
+		why := fmt.Sprintf("node %s excluded: %s", node, reason)
+		m.reform(now, why, &eff)
+		m.noticeRound, m.noticeReason = m.round, why
 	}
 	m.settle(now, &eff)
 	return eff
@@ -531,6 +538,9 @@ func (m *Machine) view(node string, withAssignment bool) View {
 		if withAssignment {
 			v.Assignment = m.assignment(node)
 		}
+	}
+	if (v.State == NodeWaiting || v.State == NodeAssigned) && m.noticeRound == m.round {
+		v.Cause, v.Reason = CauseNotice, m.noticeReason
 	}
 	return v
 }

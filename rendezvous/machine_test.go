@@ -585,3 +585,52 @@ func TestMasterListeningIsReportedOncePerRound(t *testing.T) {
 		t.Errorf("next round's view %+v, want round 2, not listening, listens", v)
 	}
 }
+
+// TestNoticeCause: the round that replaced a running round because of an
+// exclusion tells its waiting and assigned members why (their agents ask
+// the workers to checkpoint); any later change clears it.
+func TestNoticeCause(t *testing.T) {
+	s := time.Second
+	h := newHarness(t, testConfig(2, 3))
+	at := func(d time.Duration, o op) {
+		t.Helper()
+		h.advance(t0.Add(d))
+		if o != nil {
+			o(h.m, h.now)
+			checkInvariants(t, h.m)
+		}
+	}
+	want := func(id string, round int, state NodeState, cause, reason string) {
+		t.Helper()
+		if v := h.m.View(id); v.Round != round || v.State != state || v.Cause != cause || v.Reason != reason {
+			t.Fatalf("view of %s: %+v; want round %d %s, cause %q, reason %q", id, v, round, state, cause, reason)
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		at(0, join(id))
+	}
+	want("a", 1, NodeAssigned, "", "")
+	at(s, exclude("b"))
+	want("a", 2, NodeAssigned, CauseNotice, "node b excluded: spot interruption notice")
+	want("c", 2, NodeAssigned, CauseNotice, "node b excluded: spot interruption notice")
+	want("b", 2, NodeExcluded, "", "spot interruption notice")
+	// Excluding a node outside the running round re-forms nothing.
+	at(2*s, exclude("x"))
+	want("a", 2, NodeAssigned, CauseNotice, "node b excluded: spot interruption notice")
+	// It survives a daemon restart.
+	r, err := Restore(h.m.Snapshot(), h.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := r.View("c"); v.Cause != CauseNotice {
+		t.Fatalf("restored view %+v lost the cause", v)
+	}
+	// A standby merge is another change: no cause.
+	at(3*s, join("d"))
+	at(8*s, nil)
+	want("a", 3, NodeAssigned, "", "")
+	// Below min_nodes the new round stays open: its waiting members see the cause too.
+	at(9*s, leave("d"))
+	at(10*s, exclude("c"))
+	want("a", 5, NodeWaiting, CauseNotice, "node c excluded: spot interruption notice")
+}

@@ -31,6 +31,10 @@ type Snapshot struct {
 	MasterPort int              `json:"master_port,omitempty"`
 	Members    []SnapshotMember `json:"members,omitempty"`  // by join order
 	Excluded   []Exclusion      `json:"excluded,omitempty"` // by node id
+	// NoticeRound replaced a running round because a node was excluded
+	// (NoticeReason); its views carry CauseNotice.
+	NoticeRound  int    `json:"notice_round,omitempty"`
+	NoticeReason string `json:"notice_reason,omitempty"`
 }
 
 // SnapshotMember is a member in a Snapshot.
@@ -48,6 +52,7 @@ func (m *Machine) Snapshot() Snapshot {
 		Round: m.round, State: m.state, Success: m.success,
 		OpenedAt: utc(m.openedAt), ClosedAt: utc(m.closedAt), FinishedAt: utc(m.finishedAt),
 		Deadline: utc(m.deadline), StandbyAt: utc(m.standbyAt), Seq: m.seq,
+		NoticeRound: m.noticeRound, NoticeReason: m.noticeReason,
 	}
 	if len(m.order) > 0 {
 		s.Order = append([]string(nil), m.order...)
@@ -95,6 +100,7 @@ func Restore(s Snapshot, now time.Time) (*Machine, error) {
 	m.round, m.state, m.success, m.seq = s.Round, s.State, s.Success, s.Seq
 	m.openedAt, m.closedAt, m.finishedAt = s.OpenedAt, s.ClosedAt, s.FinishedAt
 	m.deadline, m.standbyAt = s.Deadline, s.StandbyAt
+	m.noticeRound, m.noticeReason = s.NoticeRound, s.NoticeReason
 	members := append([]SnapshotMember(nil), s.Members...)
 	sort.Slice(members, func(i, j int) bool { return members[i].Seq < members[j].Seq })
 	for i, sm := range members {

@@ -26,6 +26,9 @@ func snapshotCases(t *testing.T) map[string]*Machine {
 		{at: s, op: exclude("b")}, {at: 2 * s, op: join("d")}, {at: 7 * s}, {at: 8 * s, op: join("e")},
 		{at: 9 * s, op: exclude("never-joined")},
 	})
+	run("closed right after a notice", testConfig(2, 3), []step{
+		{at: 0, op: join("a")}, {at: 0, op: join("b")}, {at: 0, op: join("c")}, {at: s, op: exclude("c")},
+	})
 	run("open after a loss below min", testConfig(3, 4), []step{
 		{at: 0, op: join("a")}, {at: 0, op: join("b")}, {at: 0, op: join("c")}, {at: 5 * s},
 		{at: 6 * s, op: leave("b")},

@@ -148,8 +148,13 @@ type View struct {
 	State      NodeState  `json:"state"`
 	// Assignment is set when State is assigned.
 	Assignment *Assignment `json:"assignment,omitempty"`
-	// Reason says why a node is excluded.
+	// Reason says why a node is excluded; with Cause, why the running
+	// round was replaced.
 	Reason string `json:"reason,omitempty"`
+	// Cause is set in the views of the waiting and assigned nodes of a
+	// round that replaced a running round when their agents should act on
+	// why: CauseNotice. Empty for other changes (a lost node, a join).
+	Cause string `json:"cause,omitempty"`
 	// Success is the job's outcome when State is finished.
 	Success bool `json:"success,omitempty"`
 	// HeartbeatMS is the interval the agent should heartbeat at.
@@ -161,6 +166,12 @@ type View struct {
 	MasterListening bool `json:"master_listening,omitempty"`
 	MasterListens   bool `json:"master_listens,omitempty"`
 }
+
+// CauseNotice: the running round was replaced because a node got an
+// interruption notice (Exclude). That node is still alive, so every node's
+// workers of the replaced round are asked to checkpoint before they stop
+// (docs/agent.md, "Checkpoint on notice").
+const CauseNotice = "notice"
 
 // Differs reports whether v tells the agent something new compared with
 // last, the view it acts on now. Server and client use this one rule, so

@@ -172,7 +172,7 @@ fleet "part" {
     address_prefix = %q
   }
   training {
-    command        = ["python3", "examples/trainer/train.py", "--steps", "%d", "--step-time", "0.05", "--op-timeout", "5"]
+    command        = ["python3", "examples/trainer/train.py", "--steps", "%d", "--step-time", "0.05", "--op-timeout", "5", "--ckpt-every", "1"]
     workdir        = %q
     nproc_per_node = 1
     max_restarts   = 100

@@ -60,6 +60,82 @@ type stepLine struct {
 	Rank      int    `json:"rank"`
 }
 
+// roundSteps is what one rendezvous round's workers did: the steps they
+// ran and the step they resumed from.
+type roundSteps struct {
+	first, last int64 // the lowest and highest step printed
+	resumed     int64 // from the resume events; -1: none seen
+	worldSize   int
+	// confirmed is the step the workers confirmed they checkpointed when
+	// the round ended (checkpoint on notice, or any SIGTERM), by which ranks
+	// (the log tail is read again at every poll: a set, not a count).
+	confirmed   int64
+	confirmedBy map[int]bool
+}
+
+// progress follows the workers' steps round by round.
+type progress map[int64]*roundSteps
+
+func (p progress) add(round int64, s stepLine) {
+	r := p[round]
+	if r == nil {
+		r = &roundSteps{resumed: -1, confirmedBy: map[int]bool{}}
+		p[round] = r
+	}
+	switch s.Event {
+	case "step":
+		if r.first == 0 || s.Step < r.first {
+			r.first = s.Step
+		}
+		r.last = max(r.last, s.Step)
+		r.worldSize = s.WorldSize
+	case "resume":
+		if r.resumed < 0 || s.Step < r.resumed {
+			r.resumed = s.Step
+		}
+	case "checkpointed":
+		r.confirmed = max(r.confirmed, s.Step)
+		r.confirmedBy[s.Rank] = true
+	}
+}
+
+// change is one round change as the workers saw it.
+type change struct {
+	round, from      int64 // the new round, the last one that trained before it
+	reached, resumed int64 // the highest step before it; where it resumed
+	lost             int64 // steps it ran again
+}
+
+// changes lists the round changes after which training went on, with the
+// steps each had to recompute: those the new round ran that an earlier
+// round had already run. Summed, that is "max step reached before the
+// change minus the step resumed from" over the changes, without counting
+// twice a round that ran no step.
+func (p progress) changes() (out []change, lost int64) {
+	var rounds []int64
+	for r, rs := range p {
+		if rs.last > 0 {
+			rounds = append(rounds, r)
+		}
+	}
+	sort.Slice(rounds, func(i, j int) bool { return rounds[i] < rounds[j] })
+	var high int64 // the highest step run so far
+	for i, r := range rounds {
+		rs := p[r]
+		resumed := rs.first - 1
+		if rs.resumed >= 0 {
+			resumed = rs.resumed
+		}
+		if i > 0 {
+			c := change{round: r, from: rounds[i-1], reached: high, resumed: resumed, lost: max(0, min(rs.last, high)-resumed)}
+			out = append(out, c)
+			lost += c.lost
+		}
+		high = max(high, rs.last)
+	}
+	return out, lost
+}
+
 func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%s not found: run `make build` first (make demo does)", bin)
@@ -153,6 +229,7 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 		lastLine     string
 		maxStep      int64
 		worldSizes   = map[int]bool{}
+		rounds       = progress{}
 		interrupted  string
 		interruptT   time.Time
 		sawTwo       bool
@@ -180,7 +257,13 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 		curWS := 0
 		for _, l := range lines {
 			var s stepLine
-			if json.Unmarshal([]byte(l.Line), &s) != nil || s.Event != "step" {
+			if json.Unmarshal([]byte(l.Line), &s) != nil {
+				continue
+			}
+			if s.Event == "step" || s.Event == "resume" || s.Event == "checkpointed" {
+				rounds.add(l.Round, s)
+			}
+			if s.Event != "step" {
 				continue
 			}
 			if s.Step > maxStep {
@@ -221,7 +304,7 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 		}
 		if det.Completed {
 			say("job finished (succeeded=%v) after %s", det.Succeeded, time.Since(start).Round(time.Second))
-			return summary(det, maxStep, steps, worldSizes, interrupted != "", sawTwo, backToThree, twoAfter, threeAt.Sub(interruptT))
+			return summary(det, maxStep, steps, worldSizes, rounds, interrupted != "", sawTwo, backToThree, twoAfter, threeAt.Sub(interruptT))
 		}
 	}
 }
@@ -253,7 +336,7 @@ func pickVictim(det api.FleetDetail) string {
 	return ids[len(ids)-1]
 }
 
-func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, interrupted, sawTwo, backToThree bool, twoAfter, threeAfter time.Duration) error {
+func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, rounds progress, interrupted, sawTwo, backToThree bool, twoAfter, threeAfter time.Duration) error {
 	fmt.Println()
 	fmt.Println("================ fleetd demo summary ================")
 	fmt.Printf("training steps completed     %d of %d\n", maxStep, steps)
@@ -279,6 +362,16 @@ func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, int
 	}
 	if backToThree {
 		fmt.Printf("notice → back at 3 nodes     %.2f s (first step at world size 3 after the replacement joined)\n", threeAfter.Seconds())
+	}
+	chs, lost := rounds.changes()
+	fmt.Printf("lost steps                   %d (steps run again after a round change; the trainer checkpoints every 50 steps on its own)\n", lost)
+	for _, c := range chs {
+		how := "no checkpoint confirmed by the stopped workers"
+		if old := rounds[c.from]; len(old.confirmedBy) > 0 {
+			how = fmt.Sprintf("%d workers of round %d confirmed a checkpoint at step %d", len(old.confirmedBy), c.from, old.confirmed)
+		}
+		fmt.Printf("  round %d at world size %d resumed from step %d; step %d had been reached: %d lost (%s)\n",
+			c.round, rounds[c.round].worldSize, c.resumed, c.reached, c.lost, how)
 	}
 	fmt.Printf("cost                         $%.4f spent (spot)\n", det.SpendUSD)
 	fmt.Println("=====================================================")

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """fleetd example: an ordinary torchrun-style PyTorch DDP script that checkpoints.
 
-Nothing here is fleetd-specific except two optional environment variables:
-FLEETD_CHECKPOINT_URI (where to checkpoint; `--ckpt` works too) and
-FLEETD_DRAIN_FILE (checkpoint at once when it appears). The process group is
-formed the standard way (gloo, init_method="env://" from RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT), so the same file runs unmodified under `torchrun`
-and under fleetd's agent. See docs/examples.md.
+Nothing here is fleetd-specific except a few optional environment variables:
+FLEETD_CHECKPOINT_URI (where to checkpoint; `--ckpt` works too),
+FLEETD_DRAIN_FILE (checkpoint at once when it appears) and the
+checkpoint-on-notice contract: on SIGTERM every rank stops after the same step,
+rank 0 checkpoints it, and once it is saved each rank writes the step to
+FLEETD_CHECKPOINT_DONE; FLEETD_RESUME_STEP names the step the next round should
+find (lines marked "checkpoint on notice"). The process group is formed the
+standard way (gloo, init_method="env://" from RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), so the same file runs unmodified under `torchrun` and under
+fleetd's agent. See docs/examples.md and docs/agent.md.
 
 Exit codes: 0 finished, or stopped by SIGTERM/SIGINT after checkpointing;
 1 unexpected error; 2 bad arguments or configuration; 3 a peer was lost or the
@@ -135,8 +139,10 @@ def parse_args(argv):
                    help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
     p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
                    help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 1, int),
+    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
                    help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
+    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
+                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
@@ -151,8 +157,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.steps < 0 or a.ckpt_every < 1 or a.batch < 1 or a.samples < 1 or a.dim < 1 or a.hidden < 1:
         raise UsageError("--steps must be >= 0; --ckpt-every, --batch, --samples, --dim, --hidden >= 1")
-    if a.step_time < 0 or a.timeout <= 0:
-        raise UsageError("--step-time must be >= 0 and --timeout > 0")
+    if a.step_time < 0 or a.timeout <= 0 or a.resume_wait < 0:
+        raise UsageError("--step-time and --resume-wait must be >= 0 and --timeout > 0")
     a.ckpt_dir = checkpoint_dir(a.ckpt)
     return a
 
@@ -213,10 +219,31 @@ def atomic_write_text(path, text):
     os.replace(tmp, path)
 
 
-def load_checkpoint(args):
+def resume_step():
+    """Checkpoint on notice: the step the agent's last round confirmed
+    (FLEETD_RESUME_STEP), or None."""
+    v = os.environ.get("FLEETD_RESUME_STEP", "")
+    try:
+        return int(v) if v else None
+    except ValueError:
+        raise UsageError("environment FLEETD_RESUME_STEP=%r is not an integer" % v)
+
+
+def load_checkpoint(args, want=None):
+    """The checkpoint, waiting up to --resume-wait for one at step `want`
+    or later (an object store may show a new file late)."""
     if not args.ckpt_dir:
         return None
     path = os.path.join(args.ckpt_dir, CKPT_FILE)
+    deadline = time.monotonic() + args.resume_wait
+    while True:
+        ck = load_checkpoint_file(args, path)
+        if want is None or (ck is not None and ck["step"] >= want) or time.monotonic() >= deadline:
+            return ck
+        time.sleep(0.1)
+
+
+def load_checkpoint_file(args, path):
     if not os.path.exists(path):
         return None
     try:
@@ -252,8 +279,9 @@ class Run:
         writer needs the storage; weights *and* momentum then match on every
         rank before DDP wraps the model."""
         payload = [None]
+        want = resume_step()
         if self.rank == 0:
-            ck = load_checkpoint(self.a)
+            ck = load_checkpoint(self.a, want)
             done = self.a.ckpt_dir != "" and os.path.exists(os.path.join(self.a.ckpt_dir, DONE_FILE))
             payload = [{"ckpt": ck, "done": done}]
         dist.broadcast_object_list(payload, src=0)
@@ -265,7 +293,11 @@ class Run:
             self.loss = ck.get("loss")
             self.saved_step = self.step
             emit("resume", rank=self.rank, world_size=self.world_size, step=self.step,
-                 from_world_size=ck.get("world_size"), loss=self.loss)
+                 from_world_size=ck.get("world_size"), loss=self.loss, expected_step=want)
+        if want is not None and self.step < want:
+            emit("warning", rank=self.rank, step=self.step,
+                 message="FLEETD_RESUME_STEP=%d, but the newest checkpoint found is at step %d: "
+                         "%d steps are recomputed" % (want, self.step, want - self.step))
         return done or self.step >= self.a.steps
 
     def save(self, reason):
@@ -283,6 +315,22 @@ class Run:
         }, path)
         self.saved_step = self.step
         emit("checkpoint", rank=0, step=self.step, reason=reason, path=path)
+
+    def confirm_saved(self):
+        """Checkpoint on notice: nobody leaves before rank 0's checkpoint is
+        on disk (the broadcast waits for rank 0, which sends after saving),
+        then every rank tells the agent the step (FLEETD_CHECKPOINT_DONE)."""
+        saved = torch.tensor([float(bool(self.a.ckpt_dir) and self.saved_step == self.step)])
+        try:
+            dist.broadcast(saved, src=0)
+        except RuntimeError as e:
+            emit("warning", rank=self.rank, step=self.step, message="checkpoint not confirmed: %s" % e)
+            return
+        if saved.item() > 0:
+            done = os.environ.get("FLEETD_CHECKPOINT_DONE")
+            if done:
+                atomic_write_text(done, "%d\n" % self.step)
+            emit("checkpointed", rank=self.rank, step=self.step, file=done)
 
     def write_done(self):
         if self.rank == 0 and self.a.ckpt_dir:
@@ -356,12 +404,27 @@ class Run:
                 break
             if flags[0].item() > 0:
                 self.save("stop")
+                self.confirm_saved()
                 return True
             if self.step % self.a.ckpt_every == 0:
                 self.save("periodic")
         self.save("done")
         self.write_done()
         return False
+
+
+def read_request():
+    """Checkpoint on notice: why the agent's SIGTERM came (reason, leaving,
+    deadline), if the request is for this round."""
+    path = os.environ.get("FLEETD_CHECKPOINT_REQUEST", "")
+    try:
+        with open(path) as f:
+            req = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(req, dict) or str(req.get("round")) != os.environ.get("FLEETD_ROUND", str(req.get("round"))):
+        return None
+    return req
 
 
 def await_own_signal(stop, grace):
@@ -383,6 +446,7 @@ def main(argv):
     rank = int(os.environ.get("RANK", "0") or 0)
     try:
         args = parse_args(argv)
+        want = resume_step()
         standalone_env()
     except UsageError as e:
         fail(rank, 0, e, EXIT_USAGE)
@@ -392,7 +456,8 @@ def main(argv):
          restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
          run_id=os.environ.get("TORCHELASTIC_RUN_ID", ""), node_id=os.environ.get("FLEETD_NODE_ID", ""),
          master="%s:%s" % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
-         ckpt_dir=args.ckpt_dir, steps=args.steps, pid=os.getpid(), torch=torch.__version__)
+         ckpt_dir=args.ckpt_dir, steps=args.steps, pid=os.getpid(), torch=torch.__version__,
+         resume_step=want)
     try:
         # A lost peer must fail fast, not hang for torch's default 30 minutes.
         dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=args.timeout))
@@ -408,13 +473,14 @@ def main(argv):
         except RuntimeError as e:
             raise PeerLost("resume broadcast: %s" % e)
         if not done and stop.set:
-            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, exit_code=EXIT_OK)
+            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, exit_code=EXIT_OK, request=read_request())
             hard_exit(EXIT_OK)
         stopped = False if done else run.train()
     except PeerLost as e:
         run.save("peer-lost")  # every completed step is consistent on every rank
         if await_own_signal(stop, 0 if stop.set else args.peer_grace):
-            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, aborted=str(e), exit_code=EXIT_OK)
+            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, aborted=str(e), exit_code=EXIT_OK,
+                 request=read_request())
             hard_exit(EXIT_OK)
         fail(run.rank, run.step, e, EXIT_PEER)
     except UsageError as e:
@@ -424,7 +490,7 @@ def main(argv):
         fail(run.rank, run.step, e, EXIT_ERROR)
     if stopped:
         if await_own_signal(stop, args.peer_grace):
-            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, exit_code=EXIT_OK)
+            emit("stop", rank=run.rank, signal=stop.signal, step=run.step, exit_code=EXIT_OK, request=read_request())
             hard_exit(EXIT_OK)
         fail(run.rank, run.step, PeerLost("a peer was stopped at step %d" % run.step), EXIT_PEER)
     emit("done", rank=run.rank, world_size=run.world_size, step=run.step, loss=run.loss,

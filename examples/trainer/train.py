@@ -5,13 +5,16 @@ Every rank holds the same weights. Each step, every rank computes the gradient
 of a mean-squared-error loss on its shard of the global mini-batch, rank 0
 sums the shards' gradients (a star all-reduce over TCP at MASTER_ADDR:MASTER_PORT)
 and broadcasts the average, and every rank applies the same update. Rank 0
-checkpoints atomically; a restarted group resumes from the checkpoint at
-whatever WORLD_SIZE it now has (the batch is re-sharded by rank).
+checkpoints atomically every --ckpt-every steps (50) and whenever the group
+stops; a restarted group resumes from the checkpoint at whatever WORLD_SIZE it
+now has (the batch is re-sharded by rank).
 
 It follows torchrun's worker contract (RANK, WORLD_SIZE, MASTER_ADDR, ...)
-plus fleetd's FLEETD_CHECKPOINT_URI and FLEETD_DRAIN_FILE, so it runs the same
-under fleetd's agent, under torchrun (`--no_python` not needed) or by hand.
-See docs/examples.md for the full contract.
+plus fleetd's FLEETD_CHECKPOINT_URI, FLEETD_DRAIN_FILE and the
+checkpoint-on-notice contract (SIGTERM, FLEETD_CHECKPOINT_REQUEST,
+FLEETD_CHECKPOINT_DONE, FLEETD_RESUME_STEP), so it runs the same under fleetd's
+agent, under torchrun (`--no_python` not needed) or by hand. See
+docs/examples.md for the full contract.
 
 Exit codes: 0 finished, or stopped by SIGTERM/SIGINT after checkpointing;
 1 unexpected error; 2 bad arguments or configuration; 3 a peer was lost or
@@ -137,8 +140,10 @@ def parse_args(argv):
                    help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
     p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
                    help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 1, int),
+    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
                    help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
+    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
+                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dim", type=int, default=16, help="features of the synthetic dataset")
     p.add_argument("--samples", type=int, default=2048, help="size of the synthetic dataset")
@@ -155,8 +160,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.steps < 0 or a.ckpt_every < 1 or a.batch < 1 or a.dim < 1 or a.samples < 1:
         raise UsageError("--steps must be >= 0; --ckpt-every, --batch, --dim, --samples >= 1")
-    if a.step_time < 0 or a.op_timeout <= 0 or a.connect_timeout <= 0:
-        raise UsageError("--step-time must be >= 0 and the timeouts > 0")
+    if a.step_time < 0 or a.op_timeout <= 0 or a.connect_timeout <= 0 or a.resume_wait < 0:
+        raise UsageError("--step-time and --resume-wait must be >= 0 and the timeouts > 0")
     a.ckpt_dir = checkpoint_dir(a.ckpt)
     return a
 
@@ -189,6 +194,14 @@ class Env:
         self.master_port = 0
         self.node_id = os.environ.get("FLEETD_NODE_ID", "")
         self.drain_file = os.environ.get("FLEETD_DRAIN_FILE", "")
+        self.round = os.environ.get("FLEETD_ROUND", "")
+        # Checkpoint on notice (docs/agent.md): why the agent's SIGTERM came,
+        # where to confirm the checkpoint, and the step the last one reached.
+        self.checkpoint_request = os.environ.get("FLEETD_CHECKPOINT_REQUEST", "")
+        self.checkpoint_done = os.environ.get("FLEETD_CHECKPOINT_DONE", "")
+        self.resume_step = env_int("FLEETD_RESUME_STEP", -1)
+        if self.resume_step < 0:
+            self.resume_step = None
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise UsageError("RANK=%d is outside WORLD_SIZE=%d" % (self.rank, self.world_size))
         if self.world_size > 1:
@@ -360,6 +373,29 @@ def atomic_write(path, data):
         pass  # directories cannot be fsynced on every filesystem
 
 
+def read_request(env):
+    """The agent's checkpoint request (FLEETD_CHECKPOINT_REQUEST), if it is
+    addressed to this round: {round, reason, leaving, deadline, ...}."""
+    if not env.checkpoint_request:
+        return None
+    try:
+        with open(env.checkpoint_request) as f:
+            req = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(req, dict) or (env.round and str(req.get("round")) != env.round):
+        return None
+    return req
+
+
+def confirm_checkpoint(env, step):
+    """Tell the agent the group's checkpoint at `step` is durable: the next
+    round gets FLEETD_RESUME_STEP=step."""
+    if env.checkpoint_done:
+        atomic_write(env.checkpoint_done, "%d\n" % step)
+    emit("checkpointed", rank=env.rank, step=step, file=env.checkpoint_done)
+
+
 class Trainer:
     def __init__(self, args, env, stop):
         self.a = args
@@ -383,11 +419,26 @@ class Trainer:
         checkpoint any rank can see and hands it to everyone, so only one
         rank needs the checkpoint storage."""
         own = read_checkpoint(self.a.ckpt_dir, self.a.dim)
+        if self.env.rank == 0:
+            own = self.await_resume_step(own)
         if self.env.world_size == 1:
             return self.adopt(own, -1 if own is None else 0)
         if self.env.rank == 0:
             return self.serve(own)
         return self.dial(own)
+
+    def await_resume_step(self, own):
+        """FLEETD_RESUME_STEP says the last round confirmed a checkpoint at
+        that step: wait (--resume-wait) until storage shows it, as an object
+        store may lag; resuming from an older one would recompute steps."""
+        want = self.env.resume_step
+        if want is None or not self.a.ckpt_dir:
+            return own
+        deadline = time.monotonic() + self.a.resume_wait
+        while (own is None or own["step"] < want) and time.monotonic() < deadline and not self.stop.set:
+            time.sleep(0.1)
+            own = read_checkpoint(self.a.ckpt_dir, self.a.dim)
+        return own
 
     def hello_ok(self, m):
         if m.get("t") != "hello":
@@ -570,7 +621,13 @@ class Trainer:
             self.loss = ck.get("loss")
             self.saved_step = self.step
             emit("resume", rank=self.env.rank, world_size=self.env.world_size, step=self.step,
-                 from_world_size=ck.get("world_size"), source_rank=src, loss=self.loss)
+                 from_world_size=ck.get("world_size"), source_rank=src, loss=self.loss,
+                 expected_step=self.env.resume_step)
+        if self.env.resume_step is not None and self.step < self.env.resume_step:
+            emit("warning", rank=self.env.rank, step=self.step,
+                 message="FLEETD_RESUME_STEP=%d, but the newest checkpoint found is at step %d: "
+                         "%d steps are recomputed" % (self.env.resume_step, self.step,
+                                                      self.env.resume_step - self.step))
         return done
 
     # -- training --
@@ -643,6 +700,28 @@ class Trainer:
         self.saved_step = self.step
         emit("checkpoint", rank=0, step=self.step, reason=reason, path=path)
 
+    def confirm_saved(self):
+        """Nobody leaves before the group's checkpoint is on disk: rank 0
+        sends every rank the step it saved, and each rank then confirms it
+        (FLEETD_CHECKPOINT_DONE). A new round starts on a node only once its
+        old workers are gone, so it always finds this checkpoint."""
+        saved = bool(self.a.ckpt_dir) and self.saved_step == self.step
+        if self.env.world_size > 1 and self.env.rank == 0:
+            for c in self.peers:
+                try:
+                    send_msg(c.sock, {"t": "saved", "step": self.step, "ok": saved})
+                except PeerLost:
+                    pass  # a peer that is gone needs no confirmation
+        elif self.env.world_size > 1:
+            try:
+                m = recv_all([self.master], self.a.op_timeout, None, "the checkpoint confirmation")[self.master]
+            except PeerLost as e:
+                emit("warning", rank=self.env.rank, step=self.step, message="checkpoint not confirmed: %s" % e)
+                return
+            saved = m.get("t") == "saved" and bool(m.get("ok")) and m.get("step") == self.step
+        if saved:
+            confirm_checkpoint(self.env, self.step)
+
     def write_done(self):
         if self.env.rank != 0 or not self.a.ckpt_dir:
             return
@@ -675,6 +754,7 @@ class Trainer:
                 break  # finishing beats stopping: nothing would be left to resume
             if upd["stop"]:
                 self.save("stop")
+                self.confirm_saved()
                 return True
             if self.step % self.a.ckpt_every == 0:
                 self.save("periodic")
@@ -711,12 +791,12 @@ def main(argv):
     emit("start", rank=env.rank, world_size=env.world_size, local_rank=env.local_rank,
          group_rank=env.group_rank, restart_count=env.restart_count, run_id=env.run_id,
          node_id=env.node_id, master="%s:%d" % (env.master_addr, env.master_port) if env.world_size > 1 else "",
-         ckpt_dir=args.ckpt_dir, steps=args.steps, pid=os.getpid())
+         ckpt_dir=args.ckpt_dir, steps=args.steps, pid=os.getpid(), resume_step=env.resume_step)
     try:
         try:
             done = t.form_group()
         except Stopped:
-            emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK)
+            emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK, request=read_request(env))
             return EXIT_OK
         if done:
             emit("done", rank=env.rank, world_size=env.world_size, step=t.step, weights=t.w, bias=t.b,
@@ -729,7 +809,8 @@ def main(argv):
             t.save("peer-lost")
             t.close()
             if await_own_signal(stop, 0 if stop.set else args.peer_grace):
-                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, aborted=str(e), exit_code=EXIT_OK)
+                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, aborted=str(e), exit_code=EXIT_OK,
+                     request=read_request(env))
                 return EXIT_OK
             emit("error", rank=env.rank, step=t.step, error=str(e), exit_code=EXIT_PEER)
             write_error_file(e)
@@ -737,7 +818,7 @@ def main(argv):
         if stopped:
             t.close()
             if await_own_signal(stop, args.peer_grace):
-                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK)
+                emit("stop", rank=env.rank, signal=stop.signal, step=t.step, exit_code=EXIT_OK, request=read_request(env))
                 return EXIT_OK
             e = PeerLost("a peer was stopped at step %d" % t.step)
             emit("error", rank=env.rank, step=t.step, error=str(e), exit_code=EXIT_PEER)
