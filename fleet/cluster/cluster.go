@@ -74,6 +74,10 @@ type EmbeddedConfig struct {
 	// ClientEndpoints are every member's client URL, for the client this
 	// server uses (default: this member's client URL only).
 	ClientEndpoints []string `hcl:"client_endpoints,optional"`
+	// InitialClusterState is "new" (default: the members bootstrap the
+	// cluster together) or "existing" (this member replaces a lost one and
+	// joins a running cluster after `etcdctl member add`).
+	InitialClusterState string `hcl:"initial_cluster_state,optional"`
 }
 
 // Finish validates c and fills defaults; base is the config file's
@@ -154,6 +158,13 @@ func (c *Config) Finish(base, dataDir string) error {
 		e.DataDir = abs(e.DataDir)
 		if len(e.ClientEndpoints) == 0 {
 			e.ClientEndpoints = []string{e.ListenClient}
+		}
+		switch e.InitialClusterState {
+		case "":
+			e.InitialClusterState = "new"
+		case "new", "existing":
+		default:
+			bad("cluster.embedded_etcd: initial_cluster_state %q: want \"new\" or \"existing\"", e.InitialClusterState)
 		}
 		if c.Name == "" {
 			c.Name = e.Name

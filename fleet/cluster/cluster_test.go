@@ -37,6 +37,7 @@ func TestConfigFinish(t *testing.T) {
 		{"self missing from initial_cluster", Config{Embedded: &EmbeddedConfig{Name: "c", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}}}, `no member "c"`},
 		{"peer mismatch", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": "http://127.0.0.9:2380"}}}, "but listen_peer"},
 		{"bad prefix", Config{Prefix: "fleetd", Etcd: &EtcdConfig{Endpoints: []string{"http://x:2379"}}}, "must start and end with /"},
+		{"bad cluster state", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}, InitialClusterState: "old"}}, "initial_cluster_state"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

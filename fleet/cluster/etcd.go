@@ -38,6 +38,9 @@ func StartMember(ctx context.Context, c *EmbeddedConfig) (*Member, error) {
 	cfg.InitialCluster = c.initialCluster()
 	cfg.InitialClusterToken = "fleetd"
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	if c.InitialClusterState == "existing" {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
 	// One fleetd transaction is one etcd transaction: a reconcile pass
 	// may launch or update hundreds of nodes at once.
 	cfg.MaxTxnOps = 4096
