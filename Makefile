@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/fleetd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_TIMEOUT ?= 20m
 
 .DEFAULT_GOAL := help
@@ -43,13 +44,13 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s)
 	@./scripts/fuzz.sh $${FUZZTIME:-20s}
 
 .PHONY: chaos
-chaos: ## Long chaos, partition and load suites (CHAOS_RUNS, CHAOS_SEED, CHAOS_FAULTS)
+chaos: ## Long chaos, partition, HA and load suites (CHAOS_RUNS, CHAOS_SEED, CHAOS_FAULTS, FLEETD_HA_CHAOS_ROUNDS)
 	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestProviderOutage|TestLoad' ./fleet/
-	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestPartition' ./cmd/fleetd/ \
+	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestPartition|TestHAChaos' ./cmd/fleetd/ \
 		-chaos.runs=$${CHAOS_RUNS:-0} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-0}
 
 .PHONY: clean
 clean: ## Remove build output
-	rm -rf bin
+	rm -rf bin dist
 
 -include mk/*.mk

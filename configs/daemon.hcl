@@ -2,6 +2,19 @@
 # Every attribute is optional; the values below are the defaults unless noted.
 
 listen   = "127.0.0.1:7777"      # API address; loopback unless you mean to expose it
+
+# advertise_url is the URL the agents on nodes (and the other servers of a
+# cluster) reach the daemon at; it goes into every node's cloud-init
+# user-data. Default: derived from listen, so with the loopback default only
+# the local and sim providers' nodes (processes on this machine) can reach
+# it: `fleetd serve` warns at start, and refuses to plan or apply fleets on
+# aws, gcp or external providers until it is set. For cloud nodes, listen on
+# the network the VMs share with this host and advertise an address they can
+# route to (a private IP or DNS name; with tls {} its host is added to the
+# server certificate):
+# listen        = "0.0.0.0:7777"
+# advertise_url = "https://10.0.1.5:7777"
+
 data_dir = "/var/lib/fleetd"      # state.db, token, CA; created 0700
 # token_file = "/var/lib/fleetd/token"   # admin token, generated 0600 on first start
 plugin_dir   = "/usr/lib/fleetd/plugins" # external providers: fleetd-provider-NAME

@@ -40,6 +40,9 @@ func (d *Daemon) preflight(ctx context.Context, fleets []*spec.Fleet, quick bool
 		go func() {
 			defer wg.Done()
 			out[j.i] = d.checkProvider(ctx, j.fl, j.pb, quick)
+			if r, bad := d.reachabilityCheck(j.pb); bad {
+				out[j.i].Results = append([]providers.CheckResult{r}, out[j.i].Results...)
+			}
 		}()
 	}
 	wg.Wait()

@@ -4,8 +4,10 @@ package fleet
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/cluster"
@@ -18,8 +20,10 @@ import (
 type Config struct {
 	// Listen is the API address. Loopback by default: exposing the daemon is a choice.
 	Listen string `hcl:"listen,optional"`
-	// AdvertiseURL is the URL agents on nodes use to reach the daemon;
-	// defaults to the listen address with the right scheme.
+	// AdvertiseURL is the URL agents on nodes (and the other servers of a
+	// cluster) use to reach the daemon; defaults to the listen address with
+	// the right scheme. Apply refuses cloud fleets while it is loopback
+	// (reachability.go).
 	AdvertiseURL string `hcl:"advertise_url,optional"`
 	DataDir      string `hcl:"data_dir,optional"`
 	PluginDir    string `hcl:"plugin_dir,optional"`
@@ -107,6 +111,14 @@ func (c *Config) finish(base string) error {
 		return fmt.Errorf("orphan_grace %q is not a duration", c.OrphanGrace)
 	}
 	c.orphanGrace = d
+	if c.AdvertiseURL != "" {
+		u, err := url.Parse(c.AdvertiseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("advertise_url %q: want http(s)://HOST:PORT, the address nodes and other servers reach this daemon at", c.AdvertiseURL)
+		}
+		// Paths are appended to it ("/v1/agent/…").
+		c.AdvertiseURL = strings.TrimRight(c.AdvertiseURL, "/")
+	}
 	abs := func(p string) string {
 		if p == "" || filepath.IsAbs(p) || base == "" {
 			return p

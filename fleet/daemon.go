@@ -310,7 +310,7 @@ func (d *Daemon) Listen() error {
 			cert, err = tls.LoadX509KeyPair(d.cfg.TLS.CertFile, d.cfg.TLS.KeyFile)
 		} else {
 			host, _, _ := net.SplitHostPort(ln.Addr().String())
-			cert, err = d.ca.ServerCert(append([]string{host}, d.cfg.TLS.Hosts...))
+			cert, err = d.ca.ServerCert(d.cfg.certHosts(host))
 		}
 		if err != nil {
 			ln.Close()

@@ -206,6 +206,9 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	if err != nil {
 		return api.Plan{}, err
 	}
+	if err := d.checkReachable(file); err != nil {
+		return api.Plan{}, err
+	}
 	var p api.Plan
 	err = d.store.View(ctx, func(tx state.Tx) error {
 		var err error
@@ -228,6 +231,11 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResponse, error) {
 	file, err := d.parseRequest(req)
 	if err != nil {
+		return api.ApplyResponse{}, err
+	}
+	// Before anything else: nodes that could not reach the daemon would
+	// boot, never join, and be replaced in a loop at the cloud's prices.
+	if err := d.checkReachable(file); err != nil {
 		return api.ApplyResponse{}, err
 	}
 	if !req.SkipCheck {

@@ -151,7 +151,10 @@ func DecodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var se *SpecError
 	var pe *PreflightError
+	var ue *UnreachableError
 	switch {
+	case errors.As(err, &ue):
+		WriteError(w, http.StatusUnprocessableEntity, ue)
 	case errors.As(err, &pe):
 		WriteJSON(w, http.StatusPreconditionFailed, Error{Error: pe.Error(), Preflight: &pe.Report})
 	case errors.As(err, &se):

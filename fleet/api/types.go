@@ -5,6 +5,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/state"
@@ -69,6 +70,28 @@ func (e *PreflightError) Error() string {
 		}
 	}
 	return fmt.Sprintf("preflight check failed (%d problem(s)); nothing was applied. Fix them, or apply with -skip-check", n)
+}
+
+// UnreachableError is returned by Plan and Apply when a fleet's nodes
+// would be handed a daemon URL they cannot reach (a loopback daemon and
+// an aws, gcp or external provider): nothing was applied. The API answers
+// 422 with Error() as the message.
+type UnreachableError struct {
+	Fleet     string
+	Providers []string // the provider blocks whose nodes cannot reach URL
+	URL       string   // the daemon URL nodes would be given
+	Reason    string   // why they cannot: "a loopback address", …
+	At        string   // FILE:LINE of the first such provider block, if known
+	Fix       string   // how to fix it
+}
+
+func (e *UnreachableError) Error() string {
+	at := ""
+	if e.At != "" {
+		at = " (" + e.At + ")"
+	}
+	return fmt.Sprintf("fleet %q uses provider %s%s, but its nodes would be given the daemon URL %s: %s, which they cannot reach from their own machines; nothing was applied. Fix: %s",
+		e.Fleet, strings.Join(e.Providers, ", "), at, e.URL, e.Reason, e.Fix)
 }
 
 // Diagnostic is one spec problem, with its position.
