@@ -278,6 +278,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			provNames[n.Offering.Provider] = true
 		}
 	}
+	d.seedSpotHistory(ctx, rt, now)
 	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Finished: f.Completed && !f.Destroying, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
 		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
 		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
@@ -688,6 +689,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 	if plan.ScaledDown {
 		rt.LastScaleDown = now
 	}
+	d.noteSpotHistory(ctx, rt.Fallback.Spot, plan.Fallback.Spot, now)
 	rt.Fallback = plan.Fallback
 	d.saveRuntime(ctx, f.Name, rt, now, f.Destroying)
 

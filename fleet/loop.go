@@ -133,7 +133,7 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	}
 	capDec := placement.Decision{Spot: fl.Node.Spot, OnDemand: !fl.Node.Spot, OnDemandLimit: -1}
 	ch := placement.Choose(placement.ChooseInput{Fleet: fl, Offerings: offs, Records: records, Now: d.now(),
-		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true})
+		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true, Outlook: d.spotOutlook(ctx, d.now())})
 	if ch.Group == "" {
 		fp.Notes = append(fp.Notes, "no offering group can hold min_nodes now: "+ch.Reason)
 		return
@@ -158,6 +158,7 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	if ch.Reason != "" {
 		fp.Notes = append(fp.Notes, "placement: "+ch.Reason)
 	}
+	fp.Notes = append(fp.Notes, placement.ExplainLaunch(ch)...)
 }
 
 // signalNotes lists, once each, why a provider's capacity signals are
@@ -228,7 +229,7 @@ func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
 			v.Notes = append(v.Notes, signalNotes(pb.Name, o)...)
 			offs = append(offs, o...)
 		}
-		v.Offerings = placement.Rank(fl, offs, records, d.now(), placement.DefaultModel())
+		v.Offerings = placement.RankIn(fl, offs, records, d.spotOutlook(r.Context(), d.now()), placement.DefaultModel())
 		out = append(out, v)
 	}
 	api.WriteJSON(w, http.StatusOK, out)

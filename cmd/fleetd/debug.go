@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -132,10 +133,12 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 	for _, v := range views {
 		fmt.Fprintf(stdout, "fleet %q\n", v.Fleet)
 		tw := tabwriter.NewWriter(stdout, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tSCORE\tSPS\tAVAIL\tSTATUS")
+		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tEXP-RUN\tINTR-$/H\tSCORE\tSPS\tAVAIL\tSTATUS")
 		i := 0
+		excluded := map[string]int{}
 		for _, o := range v.Offerings {
 			if o.Excluded != "" && !*all {
+				excluded[o.Excluded]++
 				continue
 			}
 			i++
@@ -151,13 +154,50 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 			if o.Offering.PlacementScore > 0 {
 				sps = fmt.Sprint(o.Offering.PlacementScore)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
-				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, o.Score, sps, avail, strings.TrimSpace(status))
+			run := "-"
+			if o.ExpectedRun > 0 {
+				run = fmt.Sprintf("%.1fh", o.ExpectedRun)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
+				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, run, o.InterruptionCost, o.Score, sps, avail, strings.TrimSpace(status))
 		}
 		tw.Flush()
+		if i == 0 {
+			fmt.Fprintln(stdout, "  "+emptyOfferingsNote(len(v.Offerings), excluded))
+		}
 		for _, n := range v.Notes {
 			fmt.Fprintf(stdout, "  note: %s\n", n)
 		}
 	}
 	return exitOK
+}
+
+// emptyOfferingsNote says why the table of usable offerings is empty:
+// the market had none, or every offering is excluded, counted by reason
+// (most common first), so a spec whose zones, GPU type or price cap match
+// nothing in the market says so.
+func emptyOfferingsNote(n int, excluded map[string]int) string {
+	if n == 0 {
+		return "no offerings from the fleet's providers (see the notes below)"
+	}
+	reasons := make([]string, 0, len(excluded))
+	for r := range excluded {
+		reasons = append(reasons, r)
+	}
+	sort.Slice(reasons, func(i, j int) bool {
+		if excluded[reasons[i]] != excluded[reasons[j]] {
+			return excluded[reasons[i]] > excluded[reasons[j]]
+		}
+		return reasons[i] < reasons[j]
+	})
+	const show = 3
+	var parts []string
+	for i, r := range reasons {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("%d more reasons", len(reasons)-show))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d × %s", excluded[r], r))
+	}
+	return fmt.Sprintf("no usable offering: all %d are excluded (-all lists them): %s", n, strings.Join(parts, "; "))
 }

@@ -48,6 +48,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	parallel := fs.Int("parallel", 0, "windows simulated at once (default: GOMAXPROCS)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	results := fs.Bool("results", false, "with -json, include every window's result")
+	warm := fs.Bool("warm", false, "start each window's fleet with the spot market history of the trace before the window, as a long-running deployment would know it (default: from the prior, a fresh daemon)")
 	verbose := fs.Bool("v", false, "log every run's plan actions and rounds on stderr (use with -start and few policies)")
 	var work, deadline, changeover, latency, interval durationFlag
 	fs.Var(&work, "work", "job length at max_nodes (default: the spec's work)")
@@ -87,7 +88,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitCode(stderr, usageError{err})
 	}
-	setup.Windows, setup.Seed, setup.Parallel, setup.Interval = *windows, *seed, *parallel, interval.d
+	setup.Windows, setup.Seed, setup.Parallel, setup.Interval, setup.Warm = *windows, *seed, *parallel, interval.d, *warm
 	if *verbose {
 		setup.Log, setup.Parallel = stderr, 1
 	}
@@ -113,7 +114,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	m := setup.Market()
 	rep := simulate.Report{Trace: setup.Trace.Name, Fleet: fl.Name, Zones: m.Zones(), Tick: m.Offers[0].Series.Tick,
-		Job: setup.Job, Windows: max(len(setup.Starts), setup.Windows), Seed: setup.Seed, Interval: setup.Interval,
+		Job: setup.Job, Windows: max(len(setup.Starts), setup.Windows), Seed: setup.Seed, Interval: setup.Interval, Warm: setup.Warm,
 		Wall: time.Since(began), Policies: simulate.Summarize(setup.Policies, len(m.Offers), res)}
 	if len(setup.Starts) > 0 {
 		rep.Windows = len(setup.Starts)

@@ -53,6 +53,18 @@ func TestSimText(t *testing.T) {
 	}
 }
 
+// TestSimWarm: -warm starts each window's fleet from the trace's own
+// market history before the window, and the report says so.
+func TestSimWarm(t *testing.T) {
+	out, errOut, code := runCmd("sim", "-spec", simSpec, "-trace", simTrace, "-start", "300h", "-policies", "fleetd", "-warm")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "market history warm from the trace before each window") {
+		t.Errorf("output does not say the history was warm:\n%s", out)
+	}
+}
+
 func TestSimUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -55,6 +55,9 @@ type ChooseInput struct {
 	// MinImprovement is the price-migration threshold; 0 means
 	// DefaultMinImprovement.
 	MinImprovement float64
+	// Outlook rates spot offerings by their observed up-runs and the
+	// job's slack (EvaluateIn); its Now is Now.
+	Outlook Outlook
 }
 
 // Choice is where to launch.
@@ -110,6 +113,7 @@ type groupEval struct {
 // launched into.
 func Choose(in ChooseInput) Choice {
 	m := in.Model.withDefaults()
+	in.Outlook.Now = in.Now
 	strategy := strategyOf(in.Fleet)
 	colocate := colocateOf(in.Fleet)
 	minNodes := 0
@@ -127,7 +131,7 @@ func Choose(in ChooseInput) Choice {
 	existing := map[string][]Candidate{}
 	for _, o := range in.Nodes {
 		k := GroupKey(o, colocate)
-		existing[k] = append(existing[k], m.Evaluate(marketView(in.Offerings, o), in.Records[o.Key()], strategy))
+		existing[k] = append(existing[k], m.EvaluateIn(marketView(in.Offerings, o), in.Records[o.Key()], strategy, in.Outlook))
 	}
 	current := ""
 	for k, ns := range existing {
@@ -315,7 +319,7 @@ func candidates(in ChooseInput, m Model, s spec.Strategy, clean bool) map[string
 			g = &group{key: k}
 			groups[k] = g
 		}
-		c := m.Evaluate(o, rec, s)
+		c := m.EvaluateIn(o, rec, s, in.Outlook)
 		if o.CapacityType == providers.OnDemand {
 			g.od = append(g.od, c)
 		} else {

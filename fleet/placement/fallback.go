@@ -105,6 +105,25 @@ type SpotAdmission interface {
 	MinSpotRun(in DeadlineInput) time.Duration
 }
 
+// SlackPricer is implemented by deadline policies that put a price on
+// slack: SlackWorth is what one hour of slack is worth now, in hours of
+// work that end up on on-demand (SlackValue). Placement charges each
+// expected interruption the slack its changeover costs at that value, so
+// zones that stay up win more clearly as the slack runs short.
+type SlackPricer interface {
+	SlackWorth(in DeadlineInput) float64
+}
+
+// PriceWaiter is implemented by deadline policies that would rather wait
+// for cheaper spot than pay a premium for spot now, while the slack
+// allows it: MaxPremium is how much dearer per useful hour (Score) than
+// the market's best spot offering a new spot node may be; 0 means any.
+// Dearer offerings count as not offered, so the policy waits as it does
+// when no spot is offered.
+type PriceWaiter interface {
+	MaxPremium(in DeadlineInput) float64
+}
+
 // UniformProgress is the deadline policy of Can't Be Late
 // (NSDI'24): expected progress ep(t) = Work·(t−Start)/(Deadline−Start).
 //   - Safety net: when the time left R < C + 2d (C = work left, d =
@@ -205,6 +224,34 @@ func MinSpotRun(in FallbackInput) time.Duration {
 	pol, din := deadlineInput(in)
 	if a, ok := pol.(SpotAdmission); ok {
 		return a.MinSpotRun(din)
+	}
+	return 0
+}
+
+// SlackWorth is what an hour of slack is worth to a deadline fleet whose
+// policy prices it (SlackPricer); 0 otherwise.
+func SlackWorth(in FallbackInput) float64 {
+	f := in.Fleet
+	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
+		return 0
+	}
+	pol, din := deadlineInput(in)
+	if sp, ok := pol.(SlackPricer); ok {
+		return sp.SlackWorth(din)
+	}
+	return 0
+}
+
+// MaxPremium is the premium over the market's best spot offering a new
+// spot node of a deadline fleet may cost (PriceWaiter); 0 means any.
+func MaxPremium(in FallbackInput) float64 {
+	f := in.Fleet
+	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
+		return 0
+	}
+	pol, din := deadlineInput(in)
+	if pw, ok := pol.(PriceWaiter); ok {
+		return pw.MaxPremium(din)
 	}
 	return 0
 }

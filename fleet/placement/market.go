@@ -19,6 +19,11 @@ import (
 // look permanent.
 const MarketPriorHours = 8.0
 
+// DefaultNoticeLead is the node time an interruption bills without
+// progress: the cloud's notice lead (AWS's two-minute warning; GCP gives
+// 30 s), during which the node only drains.
+const DefaultNoticeLead = 2 * time.Minute
+
 // SpotSeen is what the daemon has observed of one spot offering's
 // capacity: whether it was launchable at the last look, since when, and
 // how its earlier up-runs ended. The fleet keeps one per spot offering in
@@ -38,11 +43,21 @@ type SpotSeen struct {
 	// runs that ended, seen without having to run there.
 	Ends      int     `json:"ends,omitempty"`
 	UpSeconds float64 `json:"up_seconds,omitempty"`
+	// CarriedEnds and CarriedUpSeconds are the part of Ends and UpSeconds
+	// the fleet started from (CarrySpot: what earlier fleets of the
+	// deployment saw). ExpectedRun uses all of it; ChangeRate only what
+	// this fleet saw.
+	CarriedEnds      int     `json:"carried_ends,omitempty"`
+	CarriedUpSeconds float64 `json:"carried_up_seconds,omitempty"`
 }
+
+// known reports whether the offering's current state has been observed;
+// a carried entry whose state went stale has not (CarrySpot).
+func (s SpotSeen) known() bool { return !s.Since.IsZero() }
 
 func (s SpotSeen) equal(o SpotSeen) bool {
 	return s.Key == o.Key && s.Up == o.Up && s.Since.Equal(o.Since) && s.First == o.First &&
-		s.Ends == o.Ends && s.UpSeconds == o.UpSeconds
+		s.Ends == o.Ends && s.UpSeconds == o.UpSeconds && s.CarriedEnds == o.CarriedEnds && s.CarriedUpSeconds == o.CarriedUpSeconds
 }
 
 // UpFor is how long the offering has been seen launchable at now; 0 when
@@ -74,7 +89,11 @@ func ObserveSpot(prev []SpotSeen, f *spec.Fleet, offs []providers.Offering, runn
 	for _, s := range prev {
 		u, ok := up[s.Key]
 		delete(up, s.Key)
-		if ok && u != s.Up {
+		if ok && !s.known() {
+			// Carried history: the first look starts its state.
+			s.Up, s.Since, s.First = u, now, true
+			changed = true
+		} else if ok && u != s.Up {
 			if s.Up {
 				s.Ends++
 				s.UpSeconds += max(now.Sub(s.Since), 0).Seconds()
@@ -92,6 +111,29 @@ func ObserveSpot(prev []SpotSeen, f *spec.Fleet, offs []providers.Offering, runn
 		return prev
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// CarrySpot is the history a new fleet starts from: what earlier fleets
+// of the deployment saw of the spot market (h, last folded in at `at`),
+// as seen at now. Ended up-runs carry over as they are (CarriedEnds,
+// CarriedUpSeconds) and tell ExpectedRun how long each offering's
+// capacity tends to stay up; the current state carries over only while
+// nothing can have been missed since at — within `fresh` (the caller's
+// cadence of looks) — else the new fleet's first look starts it afresh.
+func CarrySpot(h []SpotSeen, at, now time.Time, fresh time.Duration) []SpotSeen {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]SpotSeen, len(h))
+	stale := now.Sub(at) > fresh || now.Before(at)
+	for i, s := range h {
+		if stale || !s.known() {
+			s.Up, s.Since, s.First = false, time.Time{}, false
+		}
+		s.CarriedEnds, s.CarriedUpSeconds = s.Ends, s.UpSeconds
+		out[i] = s
+	}
 	return out
 }
 
@@ -123,7 +165,7 @@ func ExpectedRun(o providers.Offering, seen []SpotSeen, rec state.OfferingRecord
 	if s, ok := SeenOf(seen, o.Key()); ok {
 		m = (s.UpSeconds/3600 + MarketPriorHours) / float64(s.Ends+1)
 		age = s.UpFor(now).Hours()
-		if s.First {
+		if s.First || !s.known() {
 			age += m
 		}
 	} else {
@@ -140,8 +182,11 @@ func ExpectedRun(o providers.Offering, seen []SpotSeen, rec state.OfferingRecord
 func ChangeRate(seen []SpotSeen, recs map[string]state.OfferingRecord, now time.Time) float64 {
 	ends, up := 0.0, 0.0
 	for _, s := range seen {
-		ends += float64(s.Ends)
-		up += s.UpSeconds/3600 + s.UpFor(now).Hours()
+		// Only what this fleet saw: the slack value it feeds was measured
+		// on the market of the job's own time (docs/placement.md), and a
+		// carried history mixes calm and flapping weeks.
+		ends += float64(max(s.Ends-s.CarriedEnds, 0))
+		up += max(s.UpSeconds-s.CarriedUpSeconds, 0)/3600 + s.UpFor(now).Hours()
 	}
 	if len(seen) == 0 {
 		for _, r := range recs {

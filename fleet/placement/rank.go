@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -27,14 +28,22 @@ type Ranked struct {
 // Rank returns every offering with its figures: the launchable ones first
 // in the fleet's strategy order, then the excluded ones (by reason, key).
 func Rank(f *spec.Fleet, offs []providers.Offering, recs map[string]state.OfferingRecord, now time.Time, m Model) []Ranked {
+	return RankIn(f, offs, recs, Outlook{Now: now}, m)
+}
+
+// RankIn is Rank with what the outlook knows (the market history, the
+// notice lead, the slack's value), as the reconciler ranks; its Now is
+// the clock.
+func RankIn(f *spec.Fleet, offs []providers.Offering, recs map[string]state.OfferingRecord, ol Outlook, m Model) []Ranked {
 	m = m.withDefaults()
+	now := ol.Now
 	s := strategyOf(f)
 	c := colocateOf(f)
 	out := make([]Ranked, 0, len(offs))
 	for _, o := range offs {
 		rec := recs[o.Key()]
 		r := Ranked{
-			Candidate:         m.Evaluate(o, rec, s),
+			Candidate:         m.EvaluateIn(o, rec, s, ol),
 			Group:             GroupKey(o, c),
 			PricePerGPUHour:   o.PricePerGPUHour(),
 			Interruptions:     rec.Interruptions,
@@ -67,5 +76,35 @@ func Rank(f *spec.Fleet, offs []providers.Offering, recs map[string]state.Offeri
 		}
 		return less(a.Candidate, b.Candidate, s)
 	})
+	return out
+}
+
+// Explain says what a candidate is expected to cost per useful GPU-hour
+// and why: its price, what interruptions add, and (spot) how long a run
+// started now is expected to last.
+func Explain(c Candidate) string {
+	o := c.Offering
+	s := fmt.Sprintf("%s: $%.3f/GPU-h + $%.3f interruptions = $%.3f per useful GPU-hour",
+		o.Key(), o.PricePerGPUHour(), c.InterruptionCost, c.Score)
+	if o.CapacityType == providers.Spot && c.ExpectedRun > 0 {
+		s += fmt.Sprintf(" (expected up-run %.1f h, %.3f interruptions/h)", c.ExpectedRun, c.Rate)
+	}
+	return s
+}
+
+// ExplainLaunch explains each offering a choice launches on, once, in
+// the choice's candidate order.
+func ExplainLaunch(ch Choice) []string {
+	want := map[string]bool{}
+	for _, o := range ch.Launch {
+		want[o.Key()] = true
+	}
+	var out []string
+	for _, c := range ch.Candidates {
+		if k := c.Offering.Key(); want[k] {
+			delete(want, k)
+			out = append(out, Explain(c))
+		}
+	}
 	return out
 }

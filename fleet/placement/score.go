@@ -40,6 +40,11 @@ type Model struct {
 	// launchable instances.
 	AvailabilityWeight float64 `json:"availability_weight"`
 	AvailabilityScale  float64 `json:"availability_scale"`
+	// PriceOnly ranks spot offerings by price and their records'
+	// interruption rates alone, ignoring the market history's run lengths
+	// and the job's slack (Outlook): the published baselines' "cheapest
+	// zone with capacity", for comparison in fleetd sim.
+	PriceOnly bool `json:"price_only,omitempty"`
 }
 
 // Defaults of the cost model.
@@ -124,31 +129,85 @@ func (m Model) Useful(rate float64) float64 {
 	return 1 / (1 + rate*m.InterruptionCost.Hours())
 }
 
+// Outlook is what ranking knows beyond each offering's own record: the
+// fleet's history of the spot market and what an interruption costs the
+// job now. The zero value ranks by the records alone.
+type Outlook struct {
+	Now time.Time
+	// Spot is the fleet's market history (ObserveSpot). A spot offering
+	// found here is rated by its observed up-runs: 1/ExpectedRun
+	// interruptions per hour.
+	Spot []SpotSeen
+	// Lead is node time an interruption bills beyond the model's
+	// InterruptionCost: the notice lead, during which the node only
+	// drains.
+	Lead time.Duration
+	// SlackValue is λ (SlackWorth): hours of work pushed to on-demand per
+	// hour of slack an interruption's changeover costs; 0 without a
+	// deadline or with slack to spare.
+	SlackValue float64
+	// OnDemandPerGPU prices that work: the cheapest on-demand $/GPU-hour
+	// the fleet may use.
+	OnDemandPerGPU float64
+}
+
 // Candidate is an offering with its cost-model figures.
 type Candidate struct {
 	Offering providers.Offering `json:"offering"`
-	// Rate is the learned interruption rate, per hour.
+	// Rate is the expected interruptions per hour: 1/ExpectedRun for a
+	// spot offering in the market history, else the learned rate of the
+	// offering's record (Model.Rate).
 	Rate float64 `json:"rate"`
+	// ExpectedRun is, for spot offerings, how long a run started now is
+	// expected to last before an interruption (ExpectedRun), in hours.
+	ExpectedRun float64 `json:"expected_run_hours,omitempty"`
 	// Useful is the useful fraction of paid time.
 	Useful float64 `json:"useful"`
+	// InterruptionCost is what interruptions are expected to cost per
+	// useful GPU-hour, in $: Score minus the price per GPU-hour.
+	InterruptionCost float64 `json:"interruption_cost"`
 	// Score is the expected cost per useful GPU-hour:
-	// price / (gpus · useful). GPU-less offerings count as one GPU.
+	//
+	//	p + rate · (p·(c + lead) + λ·c·(od − p))
+	//
+	// with p the price per GPU-hour: each interruption costs its
+	// changeover c and the notice lead at the offering's price, and the
+	// slack c takes, which λ turns into hours of work on on-demand at
+	// od. GPU-less offerings count as one GPU. Without an outlook it is
+	// price / (gpus · useful).
 	Score float64 `json:"score"`
 	// Weighted is Score with the strategy's availability weighting; lower
 	// is better. It is what groups are compared by.
 	Weighted float64 `json:"weighted"`
 }
 
-// Evaluate computes o's figures under strategy s.
+// Evaluate computes o's figures under strategy s from its record alone.
 func (m Model) Evaluate(o providers.Offering, rec state.OfferingRecord, s spec.Strategy) Candidate {
+	return m.EvaluateIn(o, rec, s, Outlook{})
+}
+
+// EvaluateIn computes o's figures under strategy s with what the outlook
+// knows. A spot offering in the market history is rated by how long its
+// capacity is expected to stay up: when every zone has spot, that, not
+// only the price, is what tells them apart.
+func (m Model) EvaluateIn(o providers.Offering, rec state.OfferingRecord, s spec.Strategy, out Outlook) Candidate {
 	m = m.withDefaults()
-	rate := m.Rate(o, rec)
-	u := m.Useful(rate)
-	gpus := o.GPUs
-	if gpus <= 0 {
-		gpus = 1
+	if m.PriceOnly {
+		out = Outlook{}
 	}
-	score := o.PricePerHour / (float64(gpus) * u)
+	rate := m.Rate(o, rec)
+	var er float64
+	if o.CapacityType == providers.Spot {
+		run := ExpectedRun(o, out.Spot, rec, out.Now)
+		er = run.Hours()
+		if _, ok := SeenOf(out.Spot, o.Key()); ok && er > 0 {
+			rate = 1 / er
+		}
+	}
+	p := o.PricePerHour / float64(max(o.GPUs, 1))
+	c := m.InterruptionCost.Hours()
+	perIntr := p*(c+out.Lead.Hours()) + out.SlackValue*c*max(out.OnDemandPerGPU-p, 0)
+	score := p + rate*perIntr
 	w := score
 	switch s {
 	case spec.StrategyLowestPrice:
@@ -158,7 +217,8 @@ func (m Model) Evaluate(o providers.Offering, rec state.OfferingRecord, s spec.S
 	default: // price-capacity
 		w = score * (1 + m.availabilityPenalty(o.Available))
 	}
-	return Candidate{Offering: o, Rate: rate, Useful: u, Score: score, Weighted: w}
+	return Candidate{Offering: o, Rate: rate, ExpectedRun: er, Useful: 1 / (1 + rate*(c+out.Lead.Hours())),
+		InterruptionCost: score - p, Score: score, Weighted: w}
 }
 
 // availabilityPenalty is W·K/(a+K); unknown availability (a<0) counts as

@@ -72,14 +72,22 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 		Changeover: pl.p.Model.InterruptionCost, Policy: pl.p.Deadline,
 	}
 
+	outlook := pl.outlook(fb, fin)
 	exclude := map[string]bool{}
 	for k := range pl.marked {
+		exclude[k] = true
+	}
+	// Spot dearer than the market's best by more than the policy's
+	// premium counts as not offered: the policy waits for the cheaper
+	// capacity as it waits when there is none (PriceWaiter).
+	for k := range placement.Overpriced(f, pl.in.Offerings, pl.in.Records, pl.p.Model, outlook, placement.MaxPremium(fin), ownSpot) {
 		exclude[k] = true
 	}
 	base := placement.ChooseInput{
 		Fleet: f, Offerings: pl.in.Offerings, Records: pl.in.Records, Now: now,
 		Model: pl.p.Model, Nodes: liveOffs, Need: max(target-len(live), 0), Target: target,
 		Exclude: exclude, AtBoundary: running == 0, MinImprovement: pl.p.MinImprovement,
+		Outlook: outlook,
 	}
 	admitted := base
 	if minRun := placement.MinSpotRun(fin); minRun > 0 {
@@ -124,6 +132,27 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 	fin.SpotViable, fin.SpotOffered = cv.viable, cv.offered
 	cv.dec, cv.fallback = placement.DecideCapacity(fin)
 	return cv
+}
+
+// outlook is what placement ranks spot offerings by beyond their
+// records: the fleet's market history (with this look folded in), the
+// notice lead, and the slack an interruption's changeover costs, priced
+// by the deadline policy (SlackWorth) at the cheapest on-demand
+// $/GPU-hour.
+func (pl *planner) outlook(fb placement.FallbackState, fin placement.FallbackInput) placement.Outlook {
+	f := pl.in.Fleet
+	out := placement.Outlook{Now: pl.now(), Spot: fb.Spot, Lead: placement.DefaultNoticeLead}
+	if out.SlackValue = placement.SlackWorth(fin); out.SlackValue > 0 {
+		for _, o := range placement.Filter(f, pl.in.Offerings) {
+			if o.CapacityType != providers.OnDemand {
+				continue
+			}
+			if p := o.PricePerGPUHour(); out.OnDemandPerGPU == 0 || p < out.OnDemandPerGPU {
+				out.OnDemandPerGPU = p
+			}
+		}
+	}
+	return out
 }
 
 // observeSpot folds this look at the market into the fleet's spot

@@ -30,11 +30,11 @@ func (Greedy) Decide(in placement.DeadlineInput) placement.DeadlineDecision {
 func DefaultPolicies() []Policy {
 	return []Policy{
 		{Name: "optimum", Optimum: true, Description: "omniscient optimum: DP over the trace with the same changeover model (lower bound)"},
-		{Name: "fleetd", Deadline: placement.DefaultDeadlinePolicy(), Description: "fleetd's deadline policy, every zone of the set"},
-		{Name: "up", Deadline: placement.UniformProgress{}, Description: "Uniform Progress (Can't Be Late) with fleetd's placement, every zone"},
-		{Name: "greedy", Deadline: Greedy{}, Description: "greedy spot + safety net with fleetd's placement, every zone"},
-		{Name: "up-1z", Deadline: placement.UniformProgress{}, OneZone: true, Description: "Uniform Progress in one zone (drawn per window)"},
-		{Name: "greedy-1z", Deadline: Greedy{}, OneZone: true, Description: "greedy spot + safety net in one zone (drawn per window)"},
+		{Name: "fleetd", Deadline: placement.DefaultDeadlinePolicy(), Description: "fleetd's deadline policy and zone choice, every zone of the set"},
+		{Name: "up", Deadline: placement.UniformProgress{}, PriceOnly: true, Description: "Uniform Progress (Can't Be Late) through fleetd's reconciler, cheapest zone with spot, every zone"},
+		{Name: "greedy", Deadline: Greedy{}, PriceOnly: true, Description: "greedy spot + safety net through fleetd's reconciler, cheapest zone with spot, every zone"},
+		{Name: "up-1z", Deadline: placement.UniformProgress{}, OneZone: true, PriceOnly: true, Description: "Uniform Progress in one zone (drawn per window)"},
+		{Name: "greedy-1z", Deadline: Greedy{}, OneZone: true, PriceOnly: true, Description: "greedy spot + safety net in one zone (drawn per window)"},
 		{Name: "on-demand", OnDemand: true, Description: "on-demand only"},
 	}
 }

@@ -114,10 +114,14 @@ func newRunner(s *Setup, pol Policy, fl *spec.Fleet, cfg providers.Config, mkt *
 	r.params = s.Params
 	r.params.Model.InterruptionCost = s.Job.Changeover
 	r.params.Deadline = pol.Deadline
+	r.params.Model.PriceOnly = r.params.Model.PriceOnly || pol.PriceOnly
 	rc := rendezvous.Config{MinNodes: fl.MinNodes, MaxNodes: fl.MaxNodes, LastCall: fl.Rendezvous.LastCall,
 		Heartbeat: fl.Rendezvous.Heartbeat, DeadAfter: fl.Rendezvous.DeadAfter, MasterPort: fl.Training.MasterPort}
 	if r.rdzv, err = rendezvous.NewMachine(rc, "sim", start); err != nil {
 		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
+	if s.Warm {
+		r.fallback.Spot = warmHistory(fl, m, start)
 	}
 	r.res = Result{Policy: pol.Name, Start: start, Zone: zone}
 	r.log = s.Log

@@ -49,6 +49,10 @@ type Policy struct {
 	// OneZone restricts each window's run to one zone of the set, drawn
 	// at random per window (the same zone for every one-zone policy).
 	OneZone bool `json:"one_zone,omitempty"`
+	// PriceOnly ranks spot zones by price alone (placement.Model's
+	// PriceOnly), as the published baselines pick the cheapest zone
+	// with capacity.
+	PriceOnly bool `json:"price_only,omitempty"`
 }
 
 // Setup is a simulation.
@@ -72,6 +76,11 @@ type Setup struct {
 	Params reconcile.Params
 	// Parallel bounds the windows simulated at once (default GOMAXPROCS).
 	Parallel int
+	// Warm starts each window's fleet with the spot market history of
+	// the trace before the window (warmHistory): what a long-running
+	// deployment would know. Off, every job starts from the prior, as on
+	// a fresh daemon.
+	Warm bool
 	// Exhaustive runs a reconcile pass at every event and check time
 	// instead of skipping passes that provably change nothing.
 	Exhaustive bool

@@ -19,9 +19,13 @@ func TestSkippingIsExact(t *testing.T) {
 	for _, tc := range []struct {
 		zones    []string
 		deadline int
-	}{{nil, 60}, {[]string{"us-east-1c", "us-east-2b", "us-west-2a"}, 52}} {
+		warm     bool
+	}{{nil, 60, false}, {[]string{"us-east-1c", "us-east-2b", "us-west-2a"}, 52, false}, {nil, 52, true}} {
 		s := v100Setup(t, tc.zones, tc.deadline)
-		s.Windows, s.Seed = 10, 3
+		s.Windows, s.Seed, s.Warm = 10, 3, tc.warm
+		if tc.warm {
+			s.Windows = 4 // the warm history is the only difference
+		}
 		pols, err := SelectPolicies([]string{"fleetd", "up", "greedy", "up-1z", "greedy-1z", "on-demand"})
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +47,7 @@ func TestSkippingIsExact(t *testing.T) {
 			passes[1] += e.Passes
 			f.Passes, e.Passes = 0, 0
 			if f != e {
-				t.Errorf("%d zones %dh window %d %s: skipping %+v\nexhaustive %+v", len(s.market.Offers), tc.deadline, f.Window, f.Policy, f, e)
+				t.Errorf("%d zones %dh warm %v window %d %s: skipping %+v\nexhaustive %+v", len(s.market.Offers), tc.deadline, tc.warm, f.Window, f.Policy, f, e)
 			}
 		}
 		t.Logf("%d zones %dh: %d passes skipping, %d exhaustive", len(s.market.Offers), tc.deadline, passes[0], passes[1])

@@ -140,6 +140,9 @@ type Report struct {
 	Windows  int           `json:"windows"`
 	Seed     uint64        `json:"seed"`
 	Interval time.Duration `json:"interval"`
+	// Warm: each window's fleet started from the trace's market history
+	// before the window (Setup.Warm).
+	Warm     bool          `json:"warm,omitempty"`
 	Wall     time.Duration `json:"wall_time"`
 	Policies []Summary     `json:"policies"`
 	Results  []Result      `json:"results,omitempty"`
@@ -148,8 +151,12 @@ type Report struct {
 // WriteText renders the report as a table.
 func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "trace %s: %d zones (%s), tick %s\n", r.Trace, len(r.Zones), strings.Join(r.Zones, ", "), r.Tick)
-	fmt.Fprintf(w, "fleet %s: work %s, deadline %s, changeover %s (launch %s); %d windows, seed %d; %s\n\n",
-		r.Fleet, hours(r.Job.Work), hours(r.Job.Deadline), r.Job.Changeover, r.Job.LaunchLatency, r.Windows, r.Seed, r.Wall.Round(time.Millisecond))
+	history := ""
+	if r.Warm {
+		history = "; market history warm from the trace before each window"
+	}
+	fmt.Fprintf(w, "fleet %s: work %s, deadline %s, changeover %s (launch %s); %d windows, seed %d%s; %s\n\n",
+		r.Fleet, hours(r.Job.Work), hours(r.Job.Deadline), r.Job.Changeover, r.Job.LaunchLatency, r.Windows, r.Seed, history, r.Wall.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tzones\tmean $\tp50 $\tp90 $\tspot h\ton-demand h\tmisses\tmigrations\tpreemptions\t× optimum\t")
 	for _, s := range r.Policies {

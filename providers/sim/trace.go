@@ -20,6 +20,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -83,9 +84,11 @@ type Manifest struct {
 
 // ManifestSeries describes one series file.
 type ManifestSeries struct {
+	// File is the series' path relative to the trace directory,
+	// slash-separated; subdirectories are fine ("gcp/a100/us-central1-a.csv").
 	File string `json:"file"`
-	// Key names the series in the prices file; default: the file name
-	// without extension.
+	// Key names the series in the prices file; default: the file's path
+	// without extension (its base name also matches).
 	Key string `json:"key,omitempty"`
 	// Column is the CSV column holding availability (default: the first
 	// of availability, available, capacity, count, value, data; else the
@@ -231,15 +234,19 @@ func loadPrices(dir, name string) (map[string][]float64, error) {
 }
 
 func loadSeries(dir string, man Manifest, ms ManifestSeries, prices map[string][]float64) (*Series, error) {
-	if ms.File == "" || filepath.Base(ms.File) != ms.File {
-		return nil, fmt.Errorf("series file %q must be a plain file name in the trace directory", ms.File)
+	// A path inside the trace directory, slash-separated: published
+	// traces keep their series in per-cloud or per-region folders.
+	rel := filepath.FromSlash(ms.File)
+	if ms.File == "" || !filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("series file %q must be a relative path inside the trace directory (e.g. \"aws/us-east-1a.csv\")", ms.File)
 	}
+	base := path.Base(filepath.ToSlash(rel))
 	key := ms.Key
 	if key == "" {
-		key = strings.TrimSuffix(ms.File, filepath.Ext(ms.File))
+		key = strings.TrimSuffix(filepath.ToSlash(rel), path.Ext(base))
 	}
 	s := &Series{Key: key, File: ms.File, Meta: mergeMeta(ms.Meta, man.Defaults)}
-	f, err := os.Open(filepath.Join(dir, ms.File))
+	f, err := os.Open(filepath.Join(dir, rel))
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +326,8 @@ func loadSeries(dir string, man Manifest, ms ManifestSeries, prices map[string][
 	if s.Price == nil {
 		if p, ok := prices[key]; ok {
 			s.Price = p
+		} else if p, ok := prices[strings.TrimSuffix(base, path.Ext(base))]; ok && ms.Key == "" {
+			s.Price = p
 		} else if p, ok := prices[s.Meta.Zone]; ok && s.Meta.Zone != "" {
 			s.Price = p
 		}
@@ -332,7 +341,7 @@ func loadSeries(dir string, man Manifest, ms ManifestSeries, prices map[string][
 		}
 	}
 	if s.Meta.Zone == "" {
-		s.Meta.Zone, _, _ = strings.Cut(key, "_")
+		s.Meta.Zone, _, _ = strings.Cut(path.Base(key), "_")
 	}
 	if s.Meta.Region == "" {
 		s.Meta.Region = RegionOf(s.Meta.Zone)

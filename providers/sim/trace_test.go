@@ -2,7 +2,10 @@ package sim
 
 import (
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,6 +186,56 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing")); err == nil {
 		t.Error("missing directory loaded")
+	}
+}
+
+// TestLoadSubdirectories: a manifest may name series files in
+// subdirectories of the trace directory (published traces keep one folder
+// per cloud or region); the default key is the path without extension and
+// the price file may key a series by its base name. Paths leaving the
+// directory are refused.
+func TestLoadSubdirectories(t *testing.T) {
+	write := func(dir, name, body string) {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(dir, "aws/us-east-1a_v100.csv", "availability\n1\n0\n1\n")
+	write(dir, "gcp/a100/us-central1-a.csv", "availability\n0\n1\n1\n")
+	write(dir, "spot_prices.json", `{"us-east-1a_v100": [1, 2, 3], "gcp/a100/us-central1-a": [4, 5, 6]}`)
+	write(dir, ManifestFile, `{"tick": "10m", "series": [{"file": "aws/us-east-1a_v100.csv"}, {"file": "gcp/a100/us-central1-a.csv", "cloud": "gcp"}]}`)
+	tr, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		key, zone string
+		avail     []int32
+		price     []float64
+	}{
+		// By zone.
+		{"gcp/a100/us-central1-a", "us-central1-a", []int32{0, 1, 1}, []float64{4, 5, 6}},
+		{"aws/us-east-1a_v100", "us-east-1a", []int32{1, 0, 1}, []float64{1, 2, 3}},
+	}
+	if len(tr.Series) != len(want) {
+		t.Fatalf("%d series, want %d", len(tr.Series), len(want))
+	}
+	for i, w := range want {
+		s := tr.Series[i]
+		if s.Key != w.key || s.Meta.Zone != w.zone || !slices.Equal(s.Avail, w.avail) || !slices.Equal(s.Price, w.price) {
+			t.Errorf("series %d: key %q zone %q avail %v price %v; want %+v", i, s.Key, s.Meta.Zone, s.Avail, s.Price, w)
+		}
+	}
+	for _, bad := range []string{"../outside.csv", "/etc/passwd", "aws/../../x.csv", ""} {
+		write(dir, ManifestFile, `{"tick": "10m", "series": [{"file": "`+bad+`"}]}`)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "relative path inside the trace directory") {
+			t.Errorf("series file %q: %v, want a refusal", bad, err)
+		}
 	}
 }
 

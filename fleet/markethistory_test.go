@@ -1,0 +1,121 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers/providertest"
+)
+
+// TestMergeSpotHistory: per offering the better informed history wins,
+// ties go to the fleet's fresher look, and fleet-local marks are dropped.
+func TestMergeSpotHistory(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0.Add(10 * time.Hour)
+	seen := func(key string, ends int, upH float64, up bool, since time.Time) placement.SpotSeen {
+		return placement.SpotSeen{Key: key, Ends: ends, UpSeconds: upH * 3600, Up: up, Since: since}
+	}
+	into := []placement.SpotSeen{
+		seen("a", 5, 20, true, t0),
+		seen("b", 1, 3, false, t0),
+		seen("c", 2, 4, true, t0),
+	}
+	fresh := seen("c", 2, 4, true, t0)
+	fresh.CarriedEnds, fresh.CarriedUpSeconds = 2, 4*3600
+	from := []placement.SpotSeen{
+		seen("a", 1, 2, true, t0.Add(9*time.Hour)), // knows less than the deployment
+		seen("b", 2, 3, true, t0.Add(8*time.Hour)), // one more ended run
+		fresh, // as informed: the fleet's look
+		seen("d", 0, 0, true, t0.Add(7*time.Hour)), // new offering
+	}
+	got := mergeSpotHistory(into, from, now)
+	want := []placement.SpotSeen{into[0], from[1], seen("c", 2, 4, true, t0), from[3]}
+	if !(placement.FallbackState{Spot: got}).Equal(placement.FallbackState{Spot: want}) {
+		t.Fatalf("merged\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestNewFleetStartsFromDeploymentHistory: what one fleet saw of the spot
+// market is kept per deployment, and a fleet applied later starts from it
+// (the current runs' states included while the history is fresh) instead
+// of from the prior; `fleetd offerings` explains the spot figures.
+func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	// Capacity limits make the mem provider report availability, which
+	// the market history needs.
+	for _, o := range providertest.MemOfferings() {
+		if o.GPUType == "T4" && o.CapacityType == "spot" {
+			mem.SetCapacity(o.Key(), 5)
+		}
+	}
+	td := startTestDaemon(t, t.TempDir(), mem)
+	ctx := context.Background()
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
+		t.Fatal(err)
+	}
+	var first marketHistory
+	waitFor(t, "the deployment's market history", 10*time.Second, func() bool {
+		first = readMarketHistory(t, td)
+		return len(first.Spot) == 2
+	})
+
+	second := strings.Replace(memSpec, `fleet "train"`, `fleet "later"`, 1)
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "later.hcl", Source: second}); err != nil {
+		t.Fatal(err)
+	}
+	var rt savedRuntime
+	waitFor(t, "the later fleet's runtime", 10*time.Second, func() bool {
+		rt = readRuntime(t, td, "later")
+		return len(rt.Fallback.Spot) == 2
+	})
+	for i, s := range rt.Fallback.Spot {
+		f := first.Spot[i]
+		if s.Key != f.Key || !s.Since.Equal(f.Since) || s.Up != f.Up {
+			t.Errorf("later fleet's %s: up %v since %s, want the deployment's up %v since %s", s.Key, s.Up, s.Since, f.Up, f.Since)
+		}
+	}
+
+	var views []OfferingsView
+	if err := td.client.Do(ctx, "POST", "/v1/offerings", nil, api.ApplyRequest{Filename: "later.hcl", Source: second}, &views); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range views[0].Offerings {
+		if r.Offering.GPUType == "T4" && r.Offering.CapacityType == "spot" && (r.ExpectedRun <= 0 || r.InterruptionCost <= 0) {
+			t.Errorf("%s: expected run %.1f h, interruptions $%.4f/h; want both explained", r.Offering.Key(), r.ExpectedRun, r.InterruptionCost)
+		}
+	}
+}
+
+func readMarketHistory(t *testing.T, td *testDaemon) marketHistory {
+	t.Helper()
+	var h marketHistory
+	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
+		var err error
+		h, err = loadMarketHistory(tx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func readRuntime(t *testing.T, td *testDaemon, fleet string) savedRuntime {
+	t.Helper()
+	var rt savedRuntime
+	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
+		b, err := tx.Meta(runtimeKey(fleet))
+		if err != nil || len(b) == 0 {
+			return err
+		}
+		return json.Unmarshal(b, &rt)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
