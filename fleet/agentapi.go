@@ -28,33 +28,23 @@ func (d *Daemon) mountAgentAPI(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/logs", d.nodeAuth(d.agentLogs))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/done", d.nodeAuth(d.agentDone))
 	mux.HandleFunc("GET /v1/agent/binary", d.agentBinary)
-	mux.HandleFunc("GET /v1/fleets/{fleet}/logs", d.adminAuth(d.fleetLogs))
-	mux.HandleFunc("POST /v1/offerings", d.adminAuth(d.offeringsHandler))
-	mux.HandleFunc("POST /v1/check", d.adminAuth(d.checkHandler))
-	mux.HandleFunc("GET /v1/cluster", d.adminAuth(d.clusterInfo))
-	mux.HandleFunc("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.adminAuth(d.interruptNode))
+	mux.Handle("GET /v1/fleets/{fleet}/logs", d.api.Require(api.RoleRead, d.fleetLogs))
+	// Offerings is a POST that only reads, but it calls the providers with
+	// the daemon's cloud credentials for any spec it is sent: not for
+	// passive observers (a scraper's token).
+	mux.Handle("POST /v1/offerings", d.api.Require(api.RoleOperate, d.offeringsHandler))
+	mux.Handle("POST /v1/check", d.api.Require(api.RoleOperate, d.checkHandler))
+	mux.Handle("GET /v1/cluster", d.api.Require(api.RoleRead, d.clusterInfo))
+	mux.Handle("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.api.Require(api.RoleOperate, d.interruptNode))
+	mux.Handle("POST /v1/tokens", d.api.Require(api.RoleAdmin, d.createTokenHandler))
+	mux.Handle("GET /v1/tokens", d.api.Require(api.RoleAdmin, d.listTokensHandler))
+	mux.Handle("DELETE /v1/tokens/{id}", d.api.Require(api.RoleAdmin, d.revokeTokenHandler))
 }
 
 func (d *Daemon) nodeAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if err := d.authorizeNode(r, r.PathValue("fleet"), r.PathValue("node")); err != nil {
 			writeAuthError(w, err)
-			return
-		}
-		h(w, r)
-	}
-}
-
-func (d *Daemon) adminAuth(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		tok := api.BearerToken(r)
-		if tok == "" {
-			writeAuthError(w, fmt.Errorf("%w: missing bearer token", errUnauthorized))
-			return
-		}
-		if !api.TokenEqual(tok, []byte(d.token)) {
-			// A valid node token is still not an admin token.
-			writeAuthError(w, fmt.Errorf("%w: invalid token", errUnauthorized))
 			return
 		}
 		h(w, r)

@@ -66,6 +66,7 @@ type Daemon struct {
 
 	daemonID   string
 	token      string
+	tokens     tokenCache // scoped tokens (tokens.go)
 	nodeSecret []byte
 	ca         *CA
 
@@ -169,16 +170,17 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.api = api.NewServer(d, d.token, log)
+	d.api.Scoped = d.verifyScopedToken
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.rz().Handler(rendezvous.AuthorizerFunc(d.authorizeNode)).ServeHTTP(w, r)
 	}))
 	d.mountAgentAPI(d.api.Extra)
-	// Observability: the event stream and /metrics need the admin token;
-	// the dashboard's static files carry no data and are served without
-	// it (the page sends the token on its API calls).
+	// Observability: the event stream and /metrics need a read token (or
+	// better); the dashboard's static files carry no data and are served
+	// without one (the page sends the token on its API calls).
 	d.stream = d.api.EventStream()
 	d.api.Extra.Handle("GET /v1/events/stream", d.stream)
-	d.api.Extra.Handle("GET /metrics", d.adminAuth(d.metrics.Handler().ServeHTTP))
+	d.api.Extra.Handle("GET /metrics", d.api.Require(api.RoleRead, d.metrics.Handler().ServeHTTP))
 	dashboard.Mount(d.api.Extra)
 	return d, nil
 }

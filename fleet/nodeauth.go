@@ -104,6 +104,11 @@ func (d *Daemon) authorizeNode(r *http.Request, fleetName, nodeID string) error 
 		return nil
 	}
 	if !strings.HasPrefix(tok, "fleetd_node_") {
+		// A valid read/operate token is known but never acts as a node:
+		// 403, like a node token on another node.
+		if role, err := d.verifyScopedToken(r.Context(), tok); err == nil {
+			return fmt.Errorf("%w: a %s token cannot act as a node", errForbidden, role)
+		}
 		return fmt.Errorf("%w: invalid token", errUnauthorized)
 	}
 	if fleetName == "" || nodeID == "" {

@@ -205,10 +205,12 @@ func foreignNodeToken(fleet, node string) string {
 type authClass int
 
 const (
-	public     authClass = iota // no token needed (/healthz)
-	adminOnly                   // the admin token only
-	nodeScoped                  // the node's own token, or the admin token
-	anyBearer                   // any bearer token (see docs/security.md, known gaps)
+	public      authClass = iota // no token needed (/healthz)
+	readRole                     // a read, operate or admin token
+	operateRole                  // an operate or admin token
+	adminOnly                    // the admin token only
+	nodeScoped                   // the node's own token, or the admin token
+	anyBearer                    // any bearer token (see docs/security.md, known gaps)
 )
 
 // callerKind is what a caller's credentials are worth.
@@ -218,8 +220,23 @@ const (
 	noCredentials callerKind = iota // nothing the daemon recognises: 401
 	wrongNode                       // a well-formed node token that does not belong to this node: 403
 	ownNode                         // the node's own token
+	readToken                       // a valid scoped token with role read
+	operateToken                    // a valid scoped token with role operate
 	admin                           // the admin token
 )
+
+// role is what the caller's credentials are worth on the admin API.
+func (k callerKind) role() api.Role {
+	switch k {
+	case readToken:
+		return api.RoleRead
+	case operateToken:
+		return api.RoleOperate
+	case admin:
+		return api.RoleAdmin
+	}
+	return api.RoleNone
+}
 
 type caller struct {
 	name   string
@@ -245,16 +262,20 @@ func (rc routeCase) want(c caller) int {
 			return http.StatusUnauthorized
 		}
 		return rc.ok
-	case adminOnly:
-		if c.kind == admin {
-			return rc.ok
+	case readRole, operateRole, adminOnly:
+		need := map[authClass]api.Role{readRole: api.RoleRead, operateRole: api.RoleOperate, adminOnly: api.RoleAdmin}[rc.class]
+		switch have := c.kind.role(); {
+		case have == api.RoleNone: // node tokens too: they are not API credentials
+			return http.StatusUnauthorized
+		case have < need:
+			return http.StatusForbidden
 		}
-		return http.StatusUnauthorized
+		return rc.ok
 	}
 	switch c.kind {
 	case admin, ownNode:
 		return rc.ok
-	case wrongNode:
+	case wrongNode, readToken, operateToken: // valid, but not this node's
 		return http.StatusForbidden
 	}
 	return http.StatusUnauthorized
@@ -287,24 +308,31 @@ func securityRoutes() []routeCase {
 		// send the token.
 		{"GET /{$}", public, 200, get("/")},
 		{"GET /ui/", public, 200, get("/ui/app.js")},
-		{"GET /metrics", adminOnly, 200, get("/metrics")},
-		{"GET /v1/events/stream", adminOnly, 200, get("/v1/events/stream?since=0")},
-		{"GET /v1/status", adminOnly, 200, get("/v1/status")},
-		{"POST /v1/plan", adminOnly, 200, post("/v1/plan", spec)},
-		{"POST /v1/fleets", adminOnly, 200, post("/v1/fleets", spec)}, // unchanged spec: a no-op apply
-		{"GET /v1/fleets", adminOnly, 200, get("/v1/fleets")},
-		{"GET /v1/fleets/{name}", adminOnly, 200, get("/v1/fleets/train")},
-		{"DELETE /v1/fleets/{name}", adminOnly, 404, func(string) (string, string, []byte) {
+		{"GET /metrics", readRole, 200, get("/metrics")},
+		{"GET /v1/events/stream", readRole, 200, get("/v1/events/stream?since=0")},
+		{"GET /v1/status", readRole, 200, get("/v1/status")},
+		{"POST /v1/plan", operateRole, 200, post("/v1/plan", spec)},
+		{"POST /v1/fleets", operateRole, 200, post("/v1/fleets", spec)}, // unchanged spec: a no-op apply
+		{"GET /v1/fleets", readRole, 200, get("/v1/fleets")},
+		{"GET /v1/fleets/{name}", readRole, 200, get("/v1/fleets/train")},
+		{"DELETE /v1/fleets/{name}", operateRole, 404, func(string) (string, string, []byte) {
 			return http.MethodDelete, "/v1/fleets/no-such-fleet", nil
 		}},
-		{"GET /v1/events", adminOnly, 200, get("/v1/events?since=0&limit=5")},
-		{"GET /v1/fleets/{fleet}/logs", adminOnly, 200, get("/v1/fleets/train/logs?tail=5")},
-		{"POST /v1/offerings", adminOnly, 200, post("/v1/offerings", spec)},
-		{"POST /v1/check", adminOnly, 200, post("/v1/check", spec)},
-		{"GET /v1/cluster", adminOnly, 404, get("/v1/cluster")},
+		{"GET /v1/events", readRole, 200, get("/v1/events?since=0&limit=5")},
+		{"GET /v1/fleets/{fleet}/logs", readRole, 200, get("/v1/fleets/train/logs?tail=5")},
+		{"POST /v1/offerings", operateRole, 200, post("/v1/offerings", spec)},
+		{"POST /v1/check", operateRole, 200, post("/v1/check", spec)},
+		{"GET /v1/cluster", readRole, 404, get("/v1/cluster")},
 		// An invalid kind: authorization is checked first, then nothing is injected.
-		{"POST /v1/fleets/{fleet}/nodes/{node}/interrupt", adminOnly, 400, func(node string) (string, string, []byte) {
+		{"POST /v1/fleets/{fleet}/nodes/{node}/interrupt", operateRole, 400, func(node string) (string, string, []byte) {
 			return http.MethodPost, "/v1/fleets/train/nodes/" + node + "/interrupt", []byte(`{"kind":"not-a-kind"}`)
+		}},
+		// Token management: the admin token only. Each admin call creates
+		// one more token; revoking an unknown id changes nothing.
+		{"POST /v1/tokens", adminOnly, 201, post("/v1/tokens", []byte(`{"role":"read","name":"matrix"}`))},
+		{"GET /v1/tokens", adminOnly, 200, get("/v1/tokens")},
+		{"DELETE /v1/tokens/{id}", adminOnly, 404, func(string) (string, string, []byte) {
+			return http.MethodDelete, "/v1/tokens/000000000000", nil
 		}},
 		{"POST /v1/agent/{fleet}/{node}/register", nodeScoped, 200, agent("register", []byte(`{"address":"127.0.0.21"}`))},
 		{"POST /v1/agent/{fleet}/{node}/notice", nodeScoped, 400, agent("notice", []byte(`{"kind":"not-a-kind","source":"test"}`))},
@@ -330,10 +358,36 @@ func securityRoutes() []routeCase {
 	}
 }
 
+// scopedTokens creates, through the API, the scoped tokens the matrix
+// presents: a read and an operate token, a revoked one, one with the right
+// id and a wrong secret, and a read token relabelled as operate.
+func (sd *secDaemon) scopedTokens(t *testing.T) (read, operate, revoked, tampered, relabelled string) {
+	t.Helper()
+	ctx := context.Background()
+	mk := func(role api.Role, name string) api.TokenCreated {
+		tc, err := sd.Daemon.CreateToken(ctx, role, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc
+	}
+	r, o, x := mk(api.RoleRead, "reader"), mk(api.RoleOperate, "operator"), mk(api.RoleRead, "revoked")
+	if code, body, _ := sd.call(t, "DELETE", "/v1/tokens/"+x.ID, "Bearer "+sd.Token(), nil); code != 200 {
+		t.Fatalf("revoke: HTTP %d %s", code, body)
+	}
+	secret := r.Token[strings.LastIndex(r.Token, "_")+1:]
+	flipped := []byte(secret)
+	flipped[0] = "01"[boolInt(flipped[0] == '0')]
+	tampered = strings.TrimSuffix(r.Token, secret) + string(flipped)
+	relabelled = strings.Replace(r.Token, "fleetd_read_", "fleetd_operate_", 1)
+	return r.Token, o.Token, x.Token, tampered, relabelled
+}
+
 // TestSecurityRouteAuthMatrix calls every route with every kind of
 // credential: none, garbage, Basic instead of Bearer, another daemon's
 // node token, another node's token, the token of a node that does not
-// exist (forgotten), the node's own token and the admin token.
+// exist (forgotten), the node's own token, read and operate tokens (and
+// revoked, tampered and relabelled ones) and the admin token.
 func TestSecurityRouteAuthMatrix(t *testing.T) {
 	sd := startSecDaemon(t, t.TempDir(), false)
 	sd.applyMem(t)
@@ -341,7 +395,13 @@ func TestSecurityRouteAuthMatrix(t *testing.T) {
 	a, b := ns[0].ID, ns[1].ID
 	ghost := "train-99-99"
 	adminTok := sd.Token()
+	readTok, operateTok, revokedTok, tamperedTok, relabelledTok := sd.scopedTokens(t)
 	callers := []caller{
+		{"read-token", "Bearer " + readTok, readToken, a},
+		{"operate-token", "Bearer " + operateTok, operateToken, a},
+		{"revoked-token", "Bearer " + revokedTok, noCredentials, a},
+		{"tampered-secret-token", "Bearer " + tamperedTok, noCredentials, a},
+		{"read-token-relabelled-operate", "Bearer " + relabelledTok, noCredentials, a},
 		{"no-token", "", noCredentials, a},
 		{"empty-bearer", "Bearer ", noCredentials, a},
 		{"garbage", "Bearer garbage-0123456789abcdef", noCredentials, a},
@@ -649,6 +709,41 @@ func TestSecurityTokensNeverLeak(t *testing.T) {
 	}
 	presented := []string{typo, foreignNodeToken("train", a), "fleetd_node_" + strings.Repeat("ab", 32)}
 
+	// Scoped tokens: created through the API, used, refused where their
+	// role does not reach, one revoked and then presented again, and
+	// tampered ones presented.
+	scoped := map[string]string{} // what → token
+	for _, role := range []string{"read", "operate"} {
+		code, body, _ := sd.call(t, "POST", "/v1/tokens", "Bearer "+adminTok, []byte(`{"role":"`+role+`","name":"leak-test"}`))
+		var tc api.TokenCreated
+		if code != http.StatusCreated || json.Unmarshal(body, &tc) != nil || tc.Token == "" {
+			t.Fatalf("create %s token: HTTP %d %s", role, code, body)
+		}
+		scoped[role+" token"] = tc.Token
+	}
+	readTok, operateTok := scoped["read token"], scoped["operate token"]
+	for _, c := range []struct {
+		method, path, tok string
+		body              []byte
+		want              int
+	}{
+		{"GET", "/v1/status", readTok, nil, 200},
+		{"GET", "/metrics", readTok, nil, 200},
+		{"POST", "/v1/plan", readTok, mustJSON(api.ApplyRequest{Filename: "train.hcl", Source: memSpec}), 403},
+		{"POST", "/v1/plan", operateTok, mustJSON(api.ApplyRequest{Filename: "train.hcl", Source: memSpec}), 200},
+		{"POST", "/v1/tokens", operateTok, []byte(`{"role":"operate"}`), 403},
+		{"POST", "/v1/rendezvous/train/join", readTok, mustJSON(rendezvous.JoinRequest{NodeID: a, Addr: "127.0.0.9", Nproc: 1}), 403},
+	} {
+		if code, body, _ := sd.call(t, c.method, c.path, "Bearer "+c.tok, c.body); code != c.want {
+			t.Fatalf("%s %s: HTTP %d, want %d: %s", c.method, c.path, code, c.want, body)
+		}
+	}
+	_, operateID, _ := parseScopedToken(operateTok)
+	if code, body, _ := sd.call(t, "DELETE", "/v1/tokens/"+operateID, "Bearer "+adminTok, nil); code != 200 {
+		t.Fatalf("revoke: HTTP %d %s", code, body)
+	}
+	presented = append(presented, operateTok, readTok[:len(readTok)-1]+"x", strings.Replace(readTok, "_read_", "_operate_", 1))
+
 	for _, n := range ns {
 		if code := sd.agentCall(t, "train", n.ID, "logs", api.LogsRequest{Round: 1, Lines: []string{"step 1 loss 0.5"}}); code != http.StatusNoContent {
 			t.Fatalf("logs: HTTP %d", code)
@@ -671,7 +766,7 @@ func TestSecurityTokensNeverLeak(t *testing.T) {
 
 	// Everything an operator can read.
 	var answers bytes.Buffer
-	for _, p := range []string{"/v1/status", "/v1/fleets", "/v1/fleets/train", "/v1/events?limit=10000", "/v1/fleets/train/logs?tail=10000"} {
+	for _, p := range []string{"/v1/status", "/v1/fleets", "/v1/fleets/train", "/v1/events?limit=10000", "/v1/fleets/train/logs?tail=10000", "/v1/tokens"} {
 		code, body, _ := sd.call(t, "GET", p, "Bearer "+adminTok, nil)
 		if code != 200 {
 			t.Fatalf("GET %s: HTTP %d", p, code)
@@ -708,6 +803,9 @@ func TestSecurityTokensNeverLeak(t *testing.T) {
 	for id, tok := range tokens {
 		secrets["node token of "+id] = tok
 	}
+	secrets["read token"] = readTok
+	// The secret part alone must not be anywhere either.
+	secrets["read token's secret"] = readTok[strings.LastIndex(readTok, "_")+1:]
 	haystacks := map[string][]byte{"daemon log": []byte(sd.logs.String()), "event log": mustJSON(evs), "API answers": answers.Bytes()}
 	err = filepath.WalkDir(dataDir, func(path string, de fs.DirEntry, err error) error {
 		if err != nil || de.IsDir() {
@@ -727,8 +825,13 @@ func TestSecurityTokensNeverLeak(t *testing.T) {
 	if !strings.Contains(string(haystacks["daemon log"]), "fleetd daemon serving") {
 		t.Fatalf("the daemon log was not captured: %q", haystacks["daemon log"])
 	}
-	if _, ok := haystacks["file "+filepath.Join(dataDir, "state.db")]; !ok {
+	stateDB, ok := haystacks["file "+filepath.Join(dataDir, "state.db")]
+	if !ok {
 		t.Fatal("state.db not found in the data dir")
+	}
+	// Scoped tokens are stored, as their hash: the live one is in the file.
+	if !bytes.Contains(stateDB, []byte(hashToken(readTok))) {
+		t.Error("state.db does not hold the read token's hash: where is it stored?")
 	}
 	for hn, h := range haystacks {
 		for sn, s := range secrets {
@@ -938,9 +1041,9 @@ func TestSecurityTokenComparisonsAreConstantTime(t *testing.T) {
 	type fn struct{ file, name, must string }
 	for _, f := range []fn{
 		{filepath.Join("api", "server.go"), "TokenEqual", "ConstantTimeCompare"},
-		{filepath.Join("api", "server.go"), "admin", "TokenEqual"},
+		{filepath.Join("api", "server.go"), "Authorize", "TokenEqual"},
 		{"nodeauth.go", "authorizeNode", "TokenEqual"},
-		{"agentapi.go", "adminAuth", "TokenEqual"},
+		{"tokens.go", "verifyScopedToken", "TokenEqual"},
 	} {
 		file, err := parser.ParseFile(token.NewFileSet(), f.file, nil, parser.SkipObjectResolution)
 		if err != nil {
@@ -1070,5 +1173,139 @@ func TestSecuritySpecCannotReadDaemonFiles(t *testing.T) {
 				t.Fatalf("HTTP %d, want 422: %s", code, body)
 			}
 		})
+	}
+}
+
+// TestSecurityParseScopedToken: only "fleetd_<read|operate>_<id>_<secret>"
+// is a scoped token; the admin token, node tokens and look-alikes are not.
+func TestSecurityParseScopedToken(t *testing.T) {
+	for _, c := range []struct {
+		tok  string
+		role api.Role
+		id   string
+		ok   bool
+	}{
+		{"fleetd_read_0a1b2c_" + strings.Repeat("f", 64), api.RoleRead, "0a1b2c", true},
+		{"fleetd_operate_0a1b2c_secret_with_underscores", api.RoleOperate, "0a1b2c", true},
+		{"fleetd_admin_0a1b2c_secret", api.RoleNone, "", false},
+		{"fleetd_node_" + strings.Repeat("ab", 32), api.RoleNone, "", false},
+		{"fleetd_" + strings.Repeat("0", 48), api.RoleNone, "", false},
+		{"fleetd_read__secret", api.RoleNone, "", false},
+		{"fleetd_read_id_", api.RoleNone, "", false},
+		{"fleetd_read_id", api.RoleNone, "", false},
+		{"FLEETD_read_id_secret", api.RoleNone, "", false},
+		{"", api.RoleNone, "", false},
+	} {
+		role, id, ok := parseScopedToken(c.tok)
+		if role != c.role || id != c.id || ok != c.ok {
+			t.Errorf("parseScopedToken(%q) = %v, %q, %v; want %v, %q, %v", c.tok, role, id, ok, c.role, c.id, c.ok)
+		}
+	}
+}
+
+// TestSecurityScopedTokenLifecycle: creation refuses what it must, the list
+// never shows a secret or hash, a revocation bites at once on this server
+// and within tokenCacheTTL when another server (the shared store) revokes,
+// and tokens survive a restart.
+func TestSecurityScopedTokenLifecycle(t *testing.T) {
+	dataDir := t.TempDir()
+	sd := startSecDaemon(t, dataDir, false)
+	adminTok := "Bearer " + sd.Token()
+	create := func(body string) (int, api.TokenCreated) {
+		t.Helper()
+		code, resp, _ := sd.call(t, "POST", "/v1/tokens", adminTok, []byte(body))
+		var tc api.TokenCreated
+		if code == http.StatusCreated {
+			if err := json.Unmarshal(resp, &tc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return code, tc
+	}
+	for _, c := range []struct {
+		name, body string
+		want       int
+	}{
+		{"no role", `{}`, 400},
+		{"admin role is not grantable", `{"role":"admin"}`, 400},
+		{"unknown role", `{"role":"write"}`, 400},
+		{"name too long", `{"role":"read","name":"` + strings.Repeat("n", maxTokenName+1) + `"}`, 400},
+		{"control character in name", `{"role":"read","name":"a\nb"}`, 400},
+		{"unknown field", `{"role":"read","expires":"1h"}`, 400},
+		{"read", `{"role":"read","name":"prometheus"}`, 201},
+		{"operate", `{"role":"operate"}`, 201},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if code, _ := create(c.body); code != c.want {
+				t.Fatalf("HTTP %d, want %d", code, c.want)
+			}
+		})
+	}
+	_, keep := create(`{"role":"read","name":"kept"}`)
+	_, local := create(`{"role":"read","name":"revoked here"}`)
+	_, remote := create(`{"role":"operate","name":"revoked elsewhere"}`)
+	if !strings.HasPrefix(keep.Token, "fleetd_read_"+keep.ID+"_") || keep.Role != "read" || keep.Name != "kept" {
+		t.Fatalf("created %+v", keep)
+	}
+	status := func(tok string) int {
+		code, _, _ := sd.call(t, "GET", "/v1/status", "Bearer "+tok, nil)
+		return code
+	}
+	for _, tok := range []string{keep.Token, local.Token, remote.Token} {
+		if code := status(tok); code != 200 {
+			t.Fatalf("fresh token: HTTP %d", code)
+		}
+	}
+
+	// The list: ids, names, roles; no secret, no hash.
+	code, body, _ := sd.call(t, "GET", "/v1/tokens", adminTok, nil)
+	var list []api.TokenInfo
+	if code != 200 || json.Unmarshal(body, &list) != nil || len(list) != 5 {
+		t.Fatalf("list: HTTP %d %s", code, body)
+	}
+	for _, leak := range []string{keep.Token[strings.LastIndex(keep.Token, "_")+1:], hashToken(keep.Token), "sha256", `"token"`} {
+		if bytes.Contains(body, []byte(leak)) {
+			t.Errorf("the token list shows %q", leak)
+		}
+	}
+
+	// Revoked here: refused on the next request (the cache is dropped).
+	if code, body, _ := sd.call(t, "DELETE", "/v1/tokens/"+local.ID, adminTok, nil); code != 200 {
+		t.Fatalf("revoke: HTTP %d %s", code, body)
+	}
+	if code := status(local.Token); code != http.StatusUnauthorized {
+		t.Errorf("revoked token right after revocation: HTTP %d, want 401", code)
+	}
+	if code, _, _ := sd.call(t, "DELETE", "/v1/tokens/"+local.ID, adminTok, nil); code != http.StatusNotFound {
+		t.Errorf("second revoke: HTTP %d, want 404", code)
+	}
+
+	// Revoked by another server of a cluster: this one only sees the store
+	// change, and must stop accepting the token within the cache's TTL.
+	err := sd.store.Update(context.Background(), func(tx state.Tx) error {
+		doc, err := readTokens(tx)
+		if err != nil {
+			return err
+		}
+		doc.Tokens = slices.DeleteFunc(doc.Tokens, func(r tokenRecord) bool { return r.ID == remote.ID })
+		return writeTokens(tx, doc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, "remote revocation", tokenCacheTTL+3*time.Second, func() bool { return status(remote.Token) == http.StatusUnauthorized })
+	if took := time.Since(start); took > tokenCacheTTL+time.Second {
+		t.Errorf("remote revocation took %v, the cache TTL is %v", took, tokenCacheTTL)
+	}
+
+	// A restart keeps the live tokens and the revocations.
+	sd.stop()
+	sd = startSecDaemon(t, dataDir, false)
+	if code := status(keep.Token); code != 200 {
+		t.Errorf("kept token after restart: HTTP %d", code)
+	}
+	if code := status(local.Token); code != http.StatusUnauthorized {
+		t.Errorf("revoked token after restart: HTTP %d", code)
 	}
 }

@@ -325,7 +325,9 @@ func TestPartitionAgentsFromDaemon(t *testing.T) {
 		if short && !det.Completed && det.Rendezvous.Round != round {
 			t.Fatalf("cut %d (%s < dead_after %s): rendezvous round changed %d → %d", i+1, cut, deadAfter, round, det.Rendezvous.Round)
 		}
-		if n := len(localNodes(scanProcs(), nodeDir)); n != 3 {
+		// A loaded machine may let the job finish meanwhile: then the nodes
+		// are gone by design.
+		if n := len(localNodes(scanProcs(), nodeDir)); n != 3 && !det.Completed {
 			t.Fatalf("cut %d: %d node processes, want 3", i+1, n)
 		}
 	}

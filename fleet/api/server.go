@@ -47,32 +47,83 @@ type Backend interface {
 	EventsChanged() <-chan struct{}
 }
 
+// Role is what a credential may do on the admin API. Roles are ordered:
+// each includes everything the ones below it may do.
+type Role int
+
+const (
+	// RoleNone is no role: the request is refused.
+	RoleNone Role = iota
+	// RoleRead reads status, fleets, events, logs and metrics.
+	RoleRead
+	// RoleOperate also changes fleets: plan, apply, destroy, check,
+	// offerings, interrupt.
+	RoleOperate
+	// RoleAdmin is the admin token: everything, incl. token management.
+	RoleAdmin
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleRead:
+		return "read"
+	case RoleOperate:
+		return "operate"
+	case RoleAdmin:
+		return "admin"
+	}
+	return "none"
+}
+
+// ParseRole parses the role of a scoped token ("read" or "operate"); the
+// admin role is not grantable.
+func ParseRole(s string) (Role, error) {
+	switch s {
+	case "read":
+		return RoleRead, nil
+	case "operate":
+		return RoleOperate, nil
+	}
+	return RoleNone, fmt.Errorf("role %q: want read or operate", s)
+}
+
+// ErrInvalidToken is what a TokenVerifier returns for a token it does not
+// know (unknown, revoked, wrong secret): the request gets 401.
+var ErrInvalidToken = errors.New("invalid token")
+
+// TokenVerifier resolves a bearer token that is not the admin token to its
+// role; ErrInvalidToken when it is not a valid scoped token.
+type TokenVerifier func(ctx context.Context, token string) (Role, error)
+
 // Server serves the HTTP API.
 type Server struct {
 	backend Backend
 	token   []byte
 	log     *slog.Logger
 	mux     *http.ServeMux
+	// Scoped verifies scoped (read/operate) tokens; nil means only the
+	// admin token is accepted. Set it before serving.
+	Scoped TokenVerifier
 	// Extra lets other components (rendezvous, agents, metrics) mount routes
 	// behind the same listener; they do their own auth.
 	Extra *http.ServeMux
 }
 
-// NewServer returns a server that requires the admin token on every route
-// except /healthz.
+// NewServer returns a server that requires a token on every route except
+// /healthz: reads need at least RoleRead, changes RoleOperate.
 func NewServer(b Backend, adminToken string, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Server{backend: b, token: []byte(adminToken), log: log, mux: http.NewServeMux(), Extra: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.Handle("GET /v1/status", s.admin(s.status))
-	s.mux.Handle("POST /v1/plan", s.admin(s.plan))
-	s.mux.Handle("POST /v1/fleets", s.admin(s.apply))
-	s.mux.Handle("GET /v1/fleets", s.admin(s.fleets))
-	s.mux.Handle("GET /v1/fleets/{name}", s.admin(s.fleet))
-	s.mux.Handle("DELETE /v1/fleets/{name}", s.admin(s.destroy))
-	s.mux.Handle("GET /v1/events", s.admin(s.events))
+	s.mux.Handle("GET /v1/status", s.Require(RoleRead, s.status))
+	s.mux.Handle("POST /v1/plan", s.Require(RoleOperate, s.plan))
+	s.mux.Handle("POST /v1/fleets", s.Require(RoleOperate, s.apply))
+	s.mux.Handle("GET /v1/fleets", s.Require(RoleRead, s.fleets))
+	s.mux.Handle("GET /v1/fleets/{name}", s.Require(RoleRead, s.fleet))
+	s.mux.Handle("DELETE /v1/fleets/{name}", s.Require(RoleOperate, s.destroy))
+	s.mux.Handle("GET /v1/events", s.Require(RoleRead, s.events))
 	s.mux.Handle("/", s.Extra)
 	return s
 }
@@ -97,21 +148,70 @@ func TokenEqual(got string, want []byte) bool {
 	return len(want) > 0 && subtle.ConstantTimeCompare([]byte(got), want) == 1
 }
 
-func (s *Server) admin(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := BearerToken(r)
-		if tok == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
-			WriteError(w, http.StatusUnauthorized, errors.New("missing bearer token (set FLEETD_TOKEN)"))
-			return
+// AuthError is an authentication (401) or authorization (403) failure.
+type AuthError struct {
+	Status int
+	Err    error
+}
+
+func (e *AuthError) Error() string { return e.Err.Error() }
+func (e *AuthError) Unwrap() error { return e.Err }
+
+// Authorize returns the role of the request's bearer token. The admin
+// token is checked first; anything else goes to the scoped verifier.
+func (s *Server) Authorize(r *http.Request) (Role, error) {
+	tok := BearerToken(r)
+	if tok == "" {
+		return RoleNone, &AuthError{http.StatusUnauthorized, errors.New("missing bearer token (set FLEETD_TOKEN)")}
+	}
+	if TokenEqual(tok, s.token) {
+		return RoleAdmin, nil
+	}
+	if s.Scoped != nil {
+		role, err := s.Scoped(r.Context(), tok)
+		switch {
+		case err == nil:
+			return role, nil
+		case !errors.Is(err, ErrInvalidToken):
+			// The store could not be read: not the caller's fault, and
+			// not a reason to answer 401 (clients would drop the token).
+			return RoleNone, &AuthError{http.StatusServiceUnavailable, fmt.Errorf("verify token: %w", err)}
 		}
-		if !TokenEqual(tok, s.token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd", error="invalid_token"`)
-			WriteError(w, http.StatusUnauthorized, errors.New("invalid token"))
+	}
+	return RoleNone, &AuthError{http.StatusUnauthorized, ErrInvalidToken}
+}
+
+// Require wraps h so that only a token with at least role reaches it: 401
+// for a missing or unknown token, 403 for a valid token with a lower role.
+func (s *Server) Require(role Role, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, err := s.Authorize(r)
+		if err == nil && got < role {
+			err = &AuthError{http.StatusForbidden, fmt.Errorf("a %s token may not do this (needs %s)", got, role)}
+		}
+		if err != nil {
+			WriteAuthError(w, err)
 			return
 		}
 		h(w, r)
 	})
+}
+
+// WriteAuthError writes an AuthError (any other error is a 401).
+func WriteAuthError(w http.ResponseWriter, err error) {
+	status := http.StatusUnauthorized
+	var ae *AuthError
+	if errors.As(err, &ae) {
+		status = ae.Status
+	}
+	if status == http.StatusUnauthorized {
+		if errors.Is(err, ErrInvalidToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd", error="invalid_token"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
+		}
+	}
+	WriteError(w, status, err)
 }
 
 // WriteJSON writes v with the given status.

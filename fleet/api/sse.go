@@ -52,11 +52,11 @@ type Stream struct {
 	closeOnce sync.Once
 }
 
-// EventStream returns the SSE handler of s's backend, behind the admin
-// token like every other /v1 route. Mount it at GET /v1/events/stream and
+// EventStream returns the SSE handler of s's backend, behind a read token
+// like every other /v1 read route. Mount it at GET /v1/events/stream and
 // call Close when the HTTP server shuts down.
 func (s *Server) EventStream() *Stream {
-	return &Stream{backend: s.backend, auth: s.admin, done: make(chan struct{})}
+	return &Stream{backend: s.backend, auth: func(h http.HandlerFunc) http.Handler { return s.Require(RoleRead, h) }, done: make(chan struct{})}
 }
 
 // Close ends every open stream; later requests get 503.

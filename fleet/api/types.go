@@ -302,3 +302,24 @@ type EventsResponse struct {
 	// Next is the `since` to pass to get the following events.
 	Next uint64 `json:"next"`
 }
+
+// TokenRequest is the body of POST /v1/tokens.
+type TokenRequest struct {
+	Role string `json:"role"`           // "read" or "operate"
+	Name string `json:"name,omitempty"` // for humans: who or what uses it
+}
+
+// TokenInfo describes a scoped token; it never carries the secret.
+type TokenInfo struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Role      string    `json:"role"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TokenCreated is the answer of POST /v1/tokens: the only time the secret
+// is shown.
+type TokenCreated struct {
+	TokenInfo
+	Token string `json:"token"`
+}

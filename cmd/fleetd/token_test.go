@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleetd/fleet"
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// startInProcessDaemon serves a daemon in this process (no providers: the
+// token commands need none) and points the CLI's environment at it.
+func startInProcessDaemon(t *testing.T) *fleet.Daemon {
+	t.Helper()
+	cfg := fleet.DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := fleet.New(ctx, fleet.Options{Config: cfg, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := d.Listen(); err != nil {
+		cancel()
+		d.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		d.Close()
+	})
+	t.Setenv("FLEETD_ADDR", d.URL())
+	t.Setenv("FLEETD_TOKEN", d.Token())
+	return d
+}
+
+func statusWith(t *testing.T, url, tok string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url+"/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestTokenCommands: create prints the secret alone on stdout, list shows
+// it without the secret, a scoped token cannot manage tokens, revoke ends
+// it; bad invocations are usage errors.
+func TestTokenCommands(t *testing.T) {
+	d := startInProcessDaemon(t)
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"token"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"no subcommand", nil},
+		{"unknown subcommand", []string{"rotate"}},
+		{"create without role", []string{"create"}},
+		{"create with admin role", []string{"create", "-role", "admin"}},
+		{"revoke without id", []string{"revoke"}},
+		{"list with an argument", []string{"list", "x"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if code, _, _ := cli(c.args...); code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+		})
+	}
+
+	code, secret, msg := cli("create", "-role", "read", "-name", "prometheus")
+	secret = strings.TrimSpace(secret)
+	if code != exitOK || !strings.HasPrefix(secret, "fleetd_read_") || strings.Contains(secret, "\n") {
+		t.Fatalf("create: exit %d, stdout %q, stderr %q", code, secret, msg)
+	}
+	if got := statusWith(t, d.URL(), secret); got != 200 {
+		t.Fatalf("status with the new read token: HTTP %d", got)
+	}
+	code, js, msg := cli("create", "-role", "operate", "-json")
+	var op api.TokenCreated
+	if code != exitOK || json.Unmarshal([]byte(js), &op) != nil || op.Role != "operate" || op.Token == "" {
+		t.Fatalf("create -json: exit %d %q %q", code, js, msg)
+	}
+
+	code, list, _ := cli("list")
+	if code != exitOK || !strings.Contains(list, "prometheus") || !strings.Contains(list, op.ID) || strings.Contains(list, secret) {
+		t.Fatalf("list: exit %d\n%s", code, list)
+	}
+	code, js, _ = cli("list", "-json")
+	var infos []api.TokenInfo
+	if code != exitOK || json.Unmarshal([]byte(js), &infos) != nil || len(infos) != 2 || strings.Contains(js, op.Token) {
+		t.Fatalf("list -json: exit %d\n%s", code, js)
+	}
+
+	// A scoped token in FLEETD_TOKEN cannot manage tokens, and the error says why.
+	t.Setenv("FLEETD_TOKEN", op.Token)
+	if code, _, msg := cli("list"); code != exitError || !strings.Contains(msg, "admin token") {
+		t.Errorf("list with an operate token: exit %d, %q", code, msg)
+	}
+	t.Setenv("FLEETD_TOKEN", d.Token())
+
+	readID := ""
+	for _, i := range infos {
+		if i.Name == "prometheus" {
+			readID = i.ID
+		}
+	}
+	if code, out, msg := cli("revoke", readID); code != exitOK || !strings.Contains(out, "Revoked read token "+readID) {
+		t.Fatalf("revoke: exit %d %q %q", code, out, msg)
+	}
+	if got := statusWith(t, d.URL(), secret); got != http.StatusUnauthorized {
+		t.Errorf("status with the revoked token: HTTP %d, want 401", got)
+	}
+	if code, _, msg := cli("revoke", readID); code != exitError || !strings.Contains(msg, "404") {
+		t.Errorf("second revoke: exit %d %q", code, msg)
+	}
+}
