@@ -85,8 +85,15 @@ func (d *devDaemon) stop(t *testing.T) {
 
 func (d *devDaemon) cli(t *testing.T, bin string, args ...string) (string, string, int) {
 	t.Helper()
+	return runFleetd(t, bin, d.addr, d.token, args...)
+}
+
+// runFleetd runs the CLI against addr (one address or a comma-separated
+// list of a cluster's servers) and returns stdout, stderr and the exit code.
+func runFleetd(t *testing.T, bin, addr, token string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "FLEETD_ADDR="+d.addr, "FLEETD_TOKEN="+d.token)
+	cmd.Env = append(os.Environ(), "FLEETD_ADDR="+addr, "FLEETD_TOKEN="+token)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

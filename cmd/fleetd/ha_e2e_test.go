@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -166,18 +165,7 @@ func TestHAThreeServers(t *testing.T) {
 		}
 	}
 	cli := func(addrs string, args ...string) (string, string, int) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "FLEETD_ADDR="+addrs, "FLEETD_TOKEN="+token)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runFleetd(t, bin, addrs, token, args...)
 	}
 	nodeDir := t.TempDir()
 	t.Cleanup(func() { killAll("local-node", nodeDir) })
