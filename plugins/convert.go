@@ -104,6 +104,9 @@ func offeringToPB(o providers.Offering) (*providerv1.Offering, error) {
 	return &providerv1.Offering{
 		PlacementScore:     score,
 		PlacementScoreNote: o.PlacementScoreNote,
+		Arch:               o.Arch,
+		PriceSource:        o.PriceSource,
+		PriceAsOf:          timeToPB(o.PriceAsOf),
 		Provider:           o.Provider,
 		Region:             o.Region,
 		Zone:               o.Zone,
@@ -134,6 +137,9 @@ func offeringFromPB(o *providerv1.Offering) providers.Offering {
 
 		PlacementScore:     int(o.GetPlacementScore()),
 		PlacementScoreNote: o.GetPlacementScoreNote(),
+		Arch:               o.GetArch(),
+		PriceSource:        o.GetPriceSource(),
+		PriceAsOf:          timeFromPB(o.GetPriceAsOf()),
 	}
 }
 

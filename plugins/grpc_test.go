@@ -299,6 +299,7 @@ func (c *checking) Offerings(ctx context.Context, cfg providers.Config) ([]provi
 	offs, err := c.Provider.Offerings(ctx, cfg)
 	for i := range offs {
 		offs[i].PlacementScore, offs[i].PlacementScoreNote = 7, "n"
+		offs[i].Arch, offs[i].PriceSource, offs[i].PriceAsOf = "arm64", "price list", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	}
 	return offs, err
 }
@@ -331,7 +332,8 @@ func TestCheckAndScoresOverGRPC(t *testing.T) {
 		t.Errorf("results over gRPC %+v, want %+v", rs, want)
 	}
 	offs, err := client.Offerings(testCtx(t), providers.Config{})
-	if err != nil || len(offs) == 0 || offs[0].PlacementScore != 7 || offs[0].PlacementScoreNote != "n" {
+	if err != nil || len(offs) == 0 || offs[0].PlacementScore != 7 || offs[0].PlacementScoreNote != "n" ||
+		offs[0].Arch != "arm64" || offs[0].PriceSource != "price list" || !offs[0].PriceAsOf.Equal(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("placement score over gRPC: %+v, %v", offs, err)
 	}
 }

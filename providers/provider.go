@@ -48,6 +48,13 @@ type Offering struct {
 	// PlacementScoreNote says why PlacementScore is 0 when the provider
 	// asked for one and could not get it (denied, not served).
 	PlacementScoreNote string `json:"placement_score_note,omitempty"`
+	// Arch is the CPU architecture as Go names it ("amd64", "arm64"); ""
+	// means amd64. The daemon hands each node the agent built for it.
+	Arch string `json:"arch,omitempty"`
+	// PriceSource says where PricePerHour comes from and PriceAsOf when
+	// that source last said so, so status can show how old prices are.
+	PriceSource string    `json:"price_source,omitempty"`
+	PriceAsOf   time.Time `json:"price_as_of,omitzero"`
 }
 
 // Key identifies an offering independent of its price, e.g. for the

@@ -223,8 +223,16 @@ type Offering struct {
 	// Why placement_score is 0 when the provider tried to get one (denied,
 	// not served by the endpoint); empty otherwise.
 	PlacementScoreNote string `protobuf:"bytes,13,opt,name=placement_score_note,json=placementScoreNote,proto3" json:"placement_score_note,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// CPU architecture of the instance type, as Go names it: "amd64",
+	// "arm64"; empty means amd64.
+	Arch string `protobuf:"bytes,14,opt,name=arch,proto3" json:"arch,omitempty"`
+	// Where price_per_hour comes from ("DescribeSpotPriceHistory", "AWS
+	// Price List API", "bundled table 2024-06-01", …) and when that source
+	// last said so; unset when unknown.
+	PriceSource   string                 `protobuf:"bytes,15,opt,name=price_source,json=priceSource,proto3" json:"price_source,omitempty"`
+	PriceAsOf     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=price_as_of,json=priceAsOf,proto3" json:"price_as_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Offering) Reset() {
@@ -346,6 +354,27 @@ func (x *Offering) GetPlacementScoreNote() string {
 		return x.PlacementScoreNote
 	}
 	return ""
+}
+
+func (x *Offering) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+func (x *Offering) GetPriceSource() string {
+	if x != nil {
+		return x.PriceSource
+	}
+	return ""
+}
+
+func (x *Offering) GetPriceAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PriceAsOf
+	}
+	return nil
 }
 
 type LaunchRequest struct {
@@ -1511,7 +1540,7 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fConfigSchema\x12=\n" +
 	"\n" +
 	"attributes\x18\x01 \x03(\v2\x1d.fleetd.provider.v1.AttributeR\n" +
-	"attributes\"\x9f\x03\n" +
+	"attributes\"\x92\x04\n" +
 	"\bOffering\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1527,7 +1556,10 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	" \x01(\x01R\tmemoryGib\x12\x1c\n" +
 	"\tavailable\x18\v \x01(\x05R\tavailable\x12'\n" +
 	"\x0fplacement_score\x18\f \x01(\x05R\x0eplacementScore\x120\n" +
-	"\x14placement_score_note\x18\r \x01(\tR\x12placementScoreNote\"\xa3\x02\n" +
+	"\x14placement_score_note\x18\r \x01(\tR\x12placementScoreNote\x12\x12\n" +
+	"\x04arch\x18\x0e \x01(\tR\x04arch\x12!\n" +
+	"\fprice_source\x18\x0f \x01(\tR\vpriceSource\x12:\n" +
+	"\vprice_as_of\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tpriceAsOf\"\xa3\x02\n" +
 	"\rLaunchRequest\x128\n" +
 	"\boffering\x18\x01 \x01(\v2\x1c.fleetd.provider.v1.OfferingR\boffering\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1b\n" +
@@ -1666,52 +1698,53 @@ var file_provider_v1_provider_proto_goTypes = []any{
 }
 var file_provider_v1_provider_proto_depIdxs = []int32{
 	1,  // 0: fleetd.provider.v1.ConfigSchema.attributes:type_name -> fleetd.provider.v1.Attribute
-	3,  // 1: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
-	25, // 2: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
-	28, // 3: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 4: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
-	26, // 5: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
-	28, // 6: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
-	2,  // 8: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
-	29, // 9: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
-	0,  // 10: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
-	3,  // 11: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
-	0,  // 12: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
-	4,  // 13: fleetd.provider.v1.CreateRequest.request:type_name -> fleetd.provider.v1.LaunchRequest
-	6,  // 14: fleetd.provider.v1.CreateResponse.instances:type_name -> fleetd.provider.v1.Instance
-	0,  // 15: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
-	6,  // 16: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
-	0,  // 17: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
-	27, // 18: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
-	6,  // 19: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
-	0,  // 20: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
-	0,  // 21: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
-	5,  // 22: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
-	0,  // 23: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
-	22, // 24: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
-	29, // 25: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	7,  // 26: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
-	9,  // 27: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
-	11, // 28: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
-	13, // 29: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
-	15, // 30: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
-	17, // 31: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
-	19, // 32: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
-	21, // 33: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
-	8,  // 34: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
-	10, // 35: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
-	12, // 36: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
-	14, // 37: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
-	16, // 38: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
-	18, // 39: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
-	20, // 40: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
-	23, // 41: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	28, // 1: fleetd.provider.v1.Offering.price_as_of:type_name -> google.protobuf.Timestamp
+	3,  // 2: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
+	25, // 3: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
+	28, // 4: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 5: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
+	26, // 6: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
+	28, // 7: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
+	5,  // 8: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
+	2,  // 9: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
+	29, // 10: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
+	0,  // 11: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
+	3,  // 12: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
+	0,  // 13: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
+	4,  // 14: fleetd.provider.v1.CreateRequest.request:type_name -> fleetd.provider.v1.LaunchRequest
+	6,  // 15: fleetd.provider.v1.CreateResponse.instances:type_name -> fleetd.provider.v1.Instance
+	0,  // 16: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
+	6,  // 17: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
+	0,  // 18: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
+	27, // 19: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
+	6,  // 20: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
+	0,  // 21: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
+	0,  // 22: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
+	5,  // 23: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
+	0,  // 24: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
+	22, // 25: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
+	29, // 26: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	7,  // 27: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
+	9,  // 28: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
+	11, // 29: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
+	13, // 30: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
+	15, // 31: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
+	17, // 32: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
+	19, // 33: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
+	21, // 34: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
+	8,  // 35: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
+	10, // 36: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
+	12, // 37: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
+	14, // 38: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
+	16, // 39: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
+	18, // 40: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
+	20, // 41: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
+	23, // 42: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_provider_v1_provider_proto_init() }
