@@ -18,6 +18,11 @@ listen   = "127.0.0.1:7777"      # API address; loopback unless you mean to expo
 data_dir = "/var/lib/fleetd"      # state.db, token, CA; created 0700
 # token_file = "/var/lib/fleetd/token"   # admin token, generated 0600 on first start
 plugin_dir   = "/usr/lib/fleetd/plugins" # external providers: fleetd-provider-NAME
+# Agent binaries nodes download, by their offering's architecture: fleetd-linux-amd64 and
+# fleetd-linux-arm64 (`make release` builds both into dist/). Unset: the directory of this
+# executable, then <data_dir>/agents; the daemon's own executable serves its own platform.
+# A fleet whose instance types all need a missing one is refused at plan.
+# agent_dir = "/usr/local/lib/fleetd/agents"
 orphan_grace = "5m"               # instances tagged for us but unknown are terminated after this
 log_level    = "info"
 

@@ -2,11 +2,8 @@ package fleet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
@@ -209,8 +207,9 @@ func (d *Daemon) fleetLogs(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, d.logs.get(r.PathValue("fleet"), r.URL.Query().Get("node"), n))
 }
 
-// agentBinary serves this very binary, so nodes run the daemon's version;
-// its sha256 is in the user-data and checked before it is run.
+// agentBinary serves the agent for the node's architecture (?arch=, ""
+// is amd64; agentbinaries.go); its sha256 is in the user-data and checked
+// before it is run.
 func (d *Daemon) agentBinary(w http.ResponseWriter, r *http.Request) {
 	// Only a node of this deployment (or the admin) may download it: the
 	// URL in user-data names the node, and its token must match.
@@ -219,50 +218,21 @@ func (d *Daemon) agentBinary(w http.ResponseWriter, r *http.Request) {
 		writeAuthError(w, err)
 		return
 	}
-	exe, sum, err := d.selfBinary()
-	if err != nil {
-		api.WriteError(w, http.StatusInternalServerError, err)
+	arch := bootstrap.NormalizeArch(q.Get("arch"))
+	b, ok := d.agents.Lookup(arch)
+	if !ok {
+		api.WriteError(w, http.StatusNotFound, fmt.Errorf("%w; fix: %s", &bootstrap.NoAgentError{Arch: arch, Dirs: d.agents.Dirs}, bootstrap.AgentFix(arch, d.agents.Dirs)))
 		return
 	}
-	f, err := os.Open(exe)
+	f, err := os.Open(b.Path)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err)
 		return
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Fleetd-Sha256", sum)
-	http.ServeContent(w, r, "fleetd", time.Time{}, f)
-}
-
-var selfOnce struct {
-	sync.Once
-	exe, sum string
-	err      error
-}
-
-// selfBinary returns the path and sha256 of the running executable.
-func (d *Daemon) selfBinary() (string, string, error) {
-	selfOnce.Do(func() {
-		exe, err := os.Executable()
-		if err != nil {
-			selfOnce.err = err
-			return
-		}
-		f, err := os.Open(exe)
-		if err != nil {
-			selfOnce.err = err
-			return
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			selfOnce.err = err
-			return
-		}
-		selfOnce.exe, selfOnce.sum = exe, hex.EncodeToString(h.Sum(nil))
-	})
-	return selfOnce.exe, selfOnce.sum, selfOnce.err
+	w.Header().Set("X-Fleetd-Sha256", b.SHA256)
+	http.ServeContent(w, r, bootstrap.AgentFileName(arch), time.Time{}, f)
 }
 
 // interruptNode injects an interruption through the node's provider (local,

@@ -27,6 +27,12 @@ type Config struct {
 	AdvertiseURL string `hcl:"advertise_url,optional"`
 	DataDir      string `hcl:"data_dir,optional"`
 	PluginDir    string `hcl:"plugin_dir,optional"`
+	// AgentDir holds the agent binaries nodes download, fleetd-linux-amd64
+	// and fleetd-linux-arm64 (what `make release` puts in dist/). Unset:
+	// the directory of the daemon's executable, then <data_dir>/agents.
+	// Either way the daemon's own executable serves its own platform when
+	// no file does (agentbinaries.go).
+	AgentDir string `hcl:"agent_dir,optional"`
 	// TokenFile holds the admin token; generated (0600) on first start.
 	TokenFile   string         `hcl:"token_file,optional"`
 	OrphanGrace string         `hcl:"orphan_grace,optional"`
@@ -125,7 +131,7 @@ func (c *Config) finish(base string) error {
 		}
 		return filepath.Join(base, p)
 	}
-	c.DataDir, c.PluginDir, c.TokenFile = abs(c.DataDir), abs(c.PluginDir), abs(c.TokenFile)
+	c.DataDir, c.PluginDir, c.TokenFile, c.AgentDir = abs(c.DataDir), abs(c.PluginDir), abs(c.TokenFile), abs(c.AgentDir)
 	if c.TLS != nil {
 		c.TLS.CertFile, c.TLS.KeyFile = abs(c.TLS.CertFile), abs(c.TLS.KeyFile)
 		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {

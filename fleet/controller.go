@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"sort"
 	"sync"
@@ -325,6 +324,9 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 				d.noteOfferings(o)
 			}
 		}
+		// Offerings whose architecture has no agent binary are not
+		// placement's to pick (plan refuses a fleet left with none).
+		offs, _ = d.servableOfferings(offs)
 		in.Offerings = append(in.Offerings, offs...)
 	}
 
@@ -939,15 +941,13 @@ func (d *Daemon) userData(fleetName string, fl *spec.Fleet, n state.Node) (strin
 		in.Agent.CAFingerprint = "sha256:" + d.ca.Fingerprint
 		in.CACertPEM = d.ca.CertPEM
 	}
-	// Real VMs download the agent from the daemon; local nodes run this
-	// very binary already.
-	if n.Offering.Provider != "local" && n.Offering.Provider != "sim" {
-		_, sum, err := d.selfBinary()
-		if err != nil {
+	// Real VMs download the agent built for their architecture from the
+	// daemon; local nodes run this very binary already.
+	if downloadsAgent(n.Offering.Provider) {
+		var err error
+		if in.AgentURL, in.AgentSHA256, err = d.agents.AgentDownload(d.URL(), fleetName, n.ID, n.Offering.Arch); err != nil {
 			return "", err
 		}
-		in.AgentURL = d.URL() + "/v1/agent/binary?" + url.Values{"fleet": {fleetName}, "node": {n.ID}}.Encode()
-		in.AgentSHA256 = sum
 	}
 	return bootstrap.Render(in)
 }

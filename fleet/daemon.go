@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
+	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -69,6 +70,9 @@ type Daemon struct {
 	tokens     tokenCache // scoped tokens (tokens.go)
 	nodeSecret []byte
 	ca         *CA
+	// agents are the agent binaries nodes download, by architecture;
+	// indexed at start (agentbinaries.go).
+	agents *bootstrap.AgentIndex
 
 	api      *api.Server
 	listener net.Listener
@@ -168,6 +172,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
+	d.indexAgents()
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.verifyScopedToken

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
 )
 
 type cachedSpec struct {
@@ -209,6 +211,9 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	if err := d.checkReachable(file); err != nil {
 		return api.Plan{}, err
 	}
+	if err := d.checkAgentBinaries(ctx, file); err != nil {
+		return api.Plan{}, err
+	}
 	var p api.Plan
 	err = d.store.View(ctx, func(tx state.Tx) error {
 		var err error
@@ -236,6 +241,9 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 	// Before anything else: nodes that could not reach the daemon would
 	// boot, never join, and be replaced in a loop at the cloud's prices.
 	if err := d.checkReachable(file); err != nil {
+		return api.ApplyResponse{}, err
+	}
+	if err := d.checkAgentBinaries(ctx, file); err != nil {
 		return api.ApplyResponse{}, err
 	}
 	if !req.SkipCheck {
@@ -332,6 +340,7 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 		if n.State != state.NodeTerminated && n.State != state.NodeFailed && n.State != state.NodeRequested {
 			s.CostPerHour += n.Offering.PricePerHour
 			s.OnDemandCostPerHour += od
+			notePriceAge(&s, n.Offering)
 		}
 		if n.InstanceID == "" {
 			continue
@@ -482,4 +491,15 @@ func (d *Daemon) Destroy(ctx context.Context, name string) (api.FleetSummary, er
 	}
 	d.kick()
 	return d.withLive(sum), nil
+}
+
+// notePriceAge folds a live node's price source and date into the
+// summary: the oldest date, the distinct sources in order of appearance.
+func notePriceAge(s *api.FleetSummary, o providers.Offering) {
+	if o.PriceSource != "" && !slices.Contains(s.PriceSources, o.PriceSource) {
+		s.PriceSources = append(s.PriceSources, o.PriceSource)
+	}
+	if !o.PriceAsOf.IsZero() && (s.PricesAsOf.IsZero() || o.PriceAsOf.Before(s.PricesAsOf)) {
+		s.PricesAsOf = o.PriceAsOf
+	}
 }

@@ -125,6 +125,8 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 			continue
 		}
 		d.noteOfferings(o)
+		o, excluded := d.servableOfferings(o)
+		fp.Notes = append(fp.Notes, excludedNotes(excluded)...)
 		offs = append(offs, o...)
 	}
 	if len(offs) == 0 {
@@ -229,7 +231,7 @@ func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
 			v.Notes = append(v.Notes, signalNotes(pb.Name, o)...)
 			offs = append(offs, o...)
 		}
-		v.Offerings = placement.RankIn(fl, offs, records, d.spotOutlook(r.Context(), d.now()), placement.DefaultModel())
+		v.Offerings = d.markNoAgent(placement.RankIn(fl, offs, records, d.spotOutlook(r.Context(), d.now()), placement.DefaultModel()))
 		out = append(out, v)
 	}
 	api.WriteJSON(w, http.StatusOK, out)

@@ -27,3 +27,17 @@ release: ## Cross-build static fleetd binaries into dist/ with SHA256SUMS
 	done
 	cd $(DIST) && sha256sum fleetd-* > SHA256SUMS
 	@cat $(DIST)/SHA256SUMS
+
+# The agents nodes download from the daemon, next to bin/fleetd where the
+# daemon looks for them (agent_dir unset): bin/fleetd-linux-amd64 and
+# bin/fleetd-linux-arm64. Separate from `make build` to keep it fast; a
+# daemon built for linux/amd64 or linux/arm64 serves its own platform
+# without them.
+.PHONY: agents
+agents: ## Cross-build the node agents (linux/amd64, linux/arm64) into bin/
+	@mkdir -p $(dir $(BIN))
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(dir $(BIN))fleetd-$$os-$$arch; \
+		echo "build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out ./cmd/fleetd; \
+	done

@@ -168,6 +168,9 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 		for _, n := range v.Notes {
 			fmt.Fprintf(stdout, "  note: %s\n", n)
 		}
+		for _, n := range priceNotes(offeringsOf(v), time.Now()) {
+			fmt.Fprintf(stdout, "  %s\n", n)
+		}
 	}
 	return exitOK
 }

@@ -132,6 +132,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 		fmt.Fprintf(tw, "Rendezvous:\tno round yet\n")
 	}
 	fmt.Fprintf(tw, "Cost:\t$%.2f/h now (on demand: $%.2f/h)\n", d.CostPerHour, d.OnDemandCostPerHour)
+	if len(d.PriceSources) > 0 || !d.PricesAsOf.IsZero() {
+		fmt.Fprintf(tw, "Prices:\t%s%s\n", strings.Join(d.PriceSources, ", "), priceAge(d.PricesAsOf, now))
+	}
 	saved := usd(d.SavingsUSD)
 	if d.OnDemandEquivalentUSD > 0 {
 		saved += fmt.Sprintf(" (%.0f%% of the on-demand %s)", 100*d.SavingsUSD/d.OnDemandEquivalentUSD, usd(d.OnDemandEquivalentUSD))

@@ -38,6 +38,7 @@ func renderFixture() (api.Status, api.FleetDetail, time.Time) {
 		NodesByState: map[string]int{"running": 2, "booting": 1, "draining": 1, "terminated": 2},
 		CostPerHour:  4.2, SpendUSD: 12.5, OnDemandEquivalentUSD: 40, SavingsUSD: 27.5, OnDemandCostPerHour: 13.1,
 		Interruptions: 2, AlertCount: 1, Providers: []string{"aws", "gcp"},
+		PriceSources: []string{"DescribeSpotPriceHistory", "AWS Price List API"}, PricesAsOf: now.Add(-95 * time.Minute),
 		Rendezvous: &api.RendezvousInfo{Round: 7, State: "closed", Nodes: 2, WorldSize: 16, Master: "10.0.0.4:29500"},
 		CreatedAt:  now.Add(-3 * time.Hour), UpdatedAt: now.Add(-time.Hour)}
 	done := api.FleetSummary{Name: "tiny", Generation: 1, MinNodes: 1, MaxNodes: 1, NodesByState: map[string]int{"terminated": 1},

@@ -252,9 +252,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var se *SpecError
 	var pe *PreflightError
 	var ue *UnreachableError
+	var ne *NoAgentError
 	switch {
 	case errors.As(err, &ue):
 		WriteError(w, http.StatusUnprocessableEntity, ue)
+	case errors.As(err, &ne):
+		WriteError(w, http.StatusUnprocessableEntity, ne)
 	case errors.As(err, &pe):
 		WriteJSON(w, http.StatusPreconditionFailed, Error{Error: pe.Error(), Preflight: &pe.Report})
 	case errors.As(err, &se):

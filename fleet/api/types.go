@@ -94,6 +94,27 @@ func (e *UnreachableError) Error() string {
 		e.Fleet, strings.Join(e.Providers, ", "), at, e.URL, e.Reason, e.Fix)
 }
 
+// NoAgentError is returned by Plan and Apply when none of a fleet's
+// candidate offerings runs on an architecture the daemon has an agent
+// binary for: its nodes would boot and fail the agent download forever.
+type NoAgentError struct {
+	Fleet     string
+	Arches    []string // the architectures of the candidate offerings, none served
+	Offerings []string // a few of the candidate instance types, for the message
+	Have      []string // the architectures the daemon does serve
+	Looked    []string // the directories the daemon looked in
+	Fix       string
+}
+
+func (e *NoAgentError) Error() string {
+	have := "none"
+	if len(e.Have) > 0 {
+		have = "linux/" + strings.Join(e.Have, ", linux/")
+	}
+	return fmt.Sprintf("fleet %q can only run on linux/%s (%s), but the daemon has no agent binary for it (looked in %s; it has %s); nothing was applied. Fix: %s",
+		e.Fleet, strings.Join(e.Arches, ", linux/"), strings.Join(e.Offerings, ", "), strings.Join(e.Looked, ", "), have, e.Fix)
+}
+
 // Diagnostic is one spec problem, with its position.
 type Diagnostic struct {
 	Severity string `json:"severity"` // error | warning
@@ -204,6 +225,11 @@ type FleetSummary struct {
 	// OnDemandCostPerHour is what the live nodes would cost per hour on
 	// demand (same rule for unknown prices).
 	OnDemandCostPerHour float64 `json:"on_demand_cost_per_hour"`
+	// PricesAsOf is the oldest price date (Offering.PriceAsOf) of the live
+	// nodes' offerings and PriceSources their distinct price sources: how
+	// old the prices behind CostPerHour are. Absent when unknown.
+	PricesAsOf   time.Time `json:"prices_as_of,omitzero"`
+	PriceSources []string  `json:"price_sources,omitempty"`
 	// Interruptions counts terminal interruption notices (not rebalance
 	// recommendations) the fleet has had.
 	Interruptions int `json:"interruptions"`

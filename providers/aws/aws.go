@@ -49,6 +49,13 @@ type Options struct {
 	// ConsistencyRetryDelay is the first pause before Delete retries an
 	// instance EC2 does not show yet; it doubles per try. Default 250 ms.
 	ConsistencyRetryDelay time.Duration
+	// OnDemandPriceTTL is how long on-demand prices from the Price List
+	// API are reused; default 24 h (AWS changes them rarely).
+	OnDemandPriceTTL time.Duration
+	// OnDemandPriceRetry is how long after a denied or failed Price List
+	// call the bundled table is used before the API is asked again;
+	// default 1 h.
+	OnDemandPriceRetry time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -68,6 +75,7 @@ type Provider struct {
 	zoneIDCache map[string]cached[map[string]string]
 	scoreCache  map[string]scoreEntry
 	recent      map[string]recentLaunch
+	prices      *priceList // on-demand prices (pricelist.go)
 }
 
 type cached[T any] struct {
@@ -111,6 +119,12 @@ func New(opts Options) *Provider {
 	if opts.ConsistencyRetryDelay <= 0 {
 		opts.ConsistencyRetryDelay = 250 * time.Millisecond
 	}
+	if opts.OnDemandPriceTTL <= 0 {
+		opts.OnDemandPriceTTL = DefaultOnDemandPriceTTL
+	}
+	if opts.OnDemandPriceRetry <= 0 {
+		opts.OnDemandPriceRetry = DefaultOnDemandPriceRetry
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -124,6 +138,7 @@ func New(opts Options) *Provider {
 		zoneIDCache: map[string]cached[map[string]string]{},
 		scoreCache:  map[string]scoreEntry{},
 		recent:      map[string]recentLaunch{},
+		prices:      newPriceList(),
 	}
 }
 

@@ -32,6 +32,8 @@ type block struct {
 	Profile                 string              `json:"profile"`
 	Endpoint                string              `json:"endpoint"`
 	SQSEndpoint             string              `json:"sqs_endpoint"`
+	// PricingEndpoint overrides the Price List Query API endpoint.
+	PricingEndpoint string `json:"pricing_endpoint"`
 	// ServiceQuotasEndpoint overrides the Service Quotas endpoint (`fleetd check`).
 	ServiceQuotasEndpoint string `json:"service_quotas_endpoint"`
 	// PlacementScoreCapacity is the target capacity (instances) spot
@@ -91,7 +93,7 @@ func decodeBlock(cfg providers.Config) (block, error) {
 	if b.PlacementScoreCapacity < 0 || b.PlacementScoreCapacity > 10000 {
 		bad("placement_score_capacity: %d, want 1..10000 instances", b.PlacementScoreCapacity)
 	}
-	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}, {"service_quotas_endpoint", b.ServiceQuotasEndpoint}} {
+	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}, {"service_quotas_endpoint", b.ServiceQuotasEndpoint}, {"pricing_endpoint", b.PricingEndpoint}} {
 		if ep.v == "" {
 			continue
 		}

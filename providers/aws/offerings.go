@@ -34,6 +34,7 @@ type typeInfo struct {
 	GPUs            int
 	GPUType         string // e.g. "A100"
 	GPUManufacturer string // e.g. "NVIDIA"
+	Arch            string // Go's name: "amd64", "arm64"; "" when EC2 names none fleetd knows
 }
 
 // Offerings lists the offerings of every configured instance type in every
@@ -80,6 +81,10 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 		return nil, err
 	}
 	scores := p.placementScores(ctx, client, b, region)
+	odQuotes, err := p.onDemandQuotes(ctx, b, region)
+	if err != nil {
+		return nil, err
+	}
 	var out []providers.Offering
 	for _, it := range b.InstanceTypes {
 		info, ok := infos[it]
@@ -98,17 +103,19 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 			base := providers.Offering{
 				Provider: Name, Region: region, Zone: z, InstanceType: it,
 				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
-				Available: -1,
+				Arch: info.Arch, Available: -1,
 			}
 			if price, ok := spot[it][z]; ok {
 				s := base
 				s.CapacityType, s.PricePerHour = providers.Spot, price
 				s.PlacementScore, s.PlacementScoreNote = scores.score(it, z)
+				s.PriceSource, s.PriceAsOf = SourceSpotHistory, p.spotTime(b, region, it, z)
 				out = append(out, s)
 			}
-			if price, ok := b.onDemandPrice(it); ok {
+			if q, ok := odQuotes[it]; ok {
 				od := base
-				od.CapacityType, od.PricePerHour = providers.OnDemand, price
+				od.CapacityType, od.PricePerHour = providers.OnDemand, q.price
+				od.PriceSource, od.PriceAsOf = q.source, q.asOf
 				out = append(out, od)
 			}
 		}
@@ -165,6 +172,9 @@ func toTypeInfo(t types.InstanceTypeInfo) typeInfo {
 	if t.MemoryInfo != nil {
 		ti.MemoryGiB = float64(awssdk.ToInt64(t.MemoryInfo.SizeInMiB)) / 1024
 	}
+	if t.ProcessorInfo != nil {
+		ti.Arch = goArch(t.ProcessorInfo.SupportedArchitectures)
+	}
 	if t.GpuInfo != nil {
 		for _, g := range t.GpuInfo.Gpus {
 			ti.GPUs += int(awssdk.ToInt32(g.Count))
@@ -175,6 +185,27 @@ func toTypeInfo(t types.InstanceTypeInfo) typeInfo {
 		}
 	}
 	return ti
+}
+
+// goArch maps EC2's processor architectures to Go's name of the one
+// fleetd's agent is built for: x86_64 → amd64, arm64 → arm64 (Graviton).
+// A type listing both (none does today) counts as x86_64; any other
+// (i386, the Mac ones) keeps EC2's name, which no agent binary serves.
+func goArch(archs []types.ArchitectureType) string {
+	out := ""
+	for _, a := range archs {
+		switch a {
+		case types.ArchitectureTypeX8664:
+			return "amd64"
+		case types.ArchitectureTypeArm64:
+			out = "arm64"
+		default:
+			if out == "" {
+				out = string(a)
+			}
+		}
+	}
+	return out
 }
 
 // spotPrices returns the current Linux spot price per instance type and
@@ -231,12 +262,16 @@ func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, regio
 		in.NextToken = resp.NextToken
 	}
 	out := map[string]map[string]float64{}
+	at := map[string]map[string]time.Time{}
 	for it, zones := range seen {
 		out[it] = map[string]float64{}
+		at[it] = map[string]time.Time{}
 		for z, l := range zones {
 			out[it][z] = l.price
+			at[it][z] = l.at
 		}
 	}
+	p.rememberSpotTimes(key, at)
 	p.mu.Lock()
 	p.spotCache[key] = cached[map[string]map[string]float64]{at: now, val: out}
 	p.mu.Unlock()
@@ -251,16 +286,18 @@ func (p *Provider) describeOffering(b block, o providers.Offering) providers.Off
 	defer p.mu.Unlock()
 	if c, ok := p.typeCache[key]; ok {
 		if ti, ok := c.val[o.InstanceType]; ok {
-			o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB = ti.GPUs, ti.GPUType, ti.VCPUs, ti.MemoryGiB
+			o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB, o.Arch = ti.GPUs, ti.GPUType, ti.VCPUs, ti.MemoryGiB, ti.Arch
 		}
 	}
 	switch o.CapacityType {
 	case providers.Spot:
 		if c, ok := p.spotCache[key]; ok {
 			o.PricePerHour = c.val[o.InstanceType][o.Zone]
+			o.PriceSource, o.PriceAsOf = SourceSpotHistory, p.prices.spotAt[key][o.InstanceType][o.Zone]
 		}
 	case providers.OnDemand:
-		o.PricePerHour, _ = b.onDemandPrice(o.InstanceType)
+		q, _ := p.knownOnDemandQuoteLocked(b, o.Region, o.InstanceType)
+		o.PricePerHour, o.PriceSource, o.PriceAsOf = q.price, q.source, q.asOf
 	}
 	o.Available = -1
 	return o

@@ -1,15 +1,14 @@
 package aws
 
 // onDemandPrices are EC2 on-demand list prices in USD per hour for Linux in
-// us-east-1, bundled because the Price List API is a separate, very large
-// service that would need its own IAM permission and a parser for
-// megabytes of JSON. Source: the public "Amazon EC2 On-Demand Pricing" page
-// (aws.amazon.com/ec2/pricing/on-demand/), as read on 2024-06-01. Prices in
-// other regions are usually 0–25 % higher and AWS changes them over time
-// (P5 prices were cut in 2025): a block's on_demand_prices overrides any
-// entry, and types missing here get no on-demand offering unless
-// on_demand_prices names them. Spot prices are never bundled; they come from
-// DescribeSpotPriceHistory.
+// us-east-1: the fallback when the Price List API (pricelist.go) is denied,
+// unreachable or has no price for a type. Source: the public "Amazon EC2
+// On-Demand Pricing" page (aws.amazon.com/ec2/pricing/on-demand/), as read
+// on 2024-06-01 (BundledPricesAsOf). Prices in other regions are usually
+// 0–25 % higher and AWS changes them over time (P5 prices were cut in
+// 2025), so offerings priced from here say "bundled table" and its date. A
+// block's on_demand_prices overrides any entry. Spot prices are never
+// bundled; they come from DescribeSpotPriceHistory.
 var onDemandPrices = map[string]float64{
 	"p3.2xlarge":  3.06,
 	"p3.8xlarge":  12.24,
@@ -44,14 +43,4 @@ var onDemandPrices = map[string]float64{
 	"g6.16xlarge": 3.3968,
 	"g6.24xlarge": 6.6752,
 	"g6.48xlarge": 13.3504,
-}
-
-// onDemandPrice is the on-demand $/h of instanceType under block b, and
-// whether one is known.
-func (b block) onDemandPrice(instanceType string) (float64, bool) {
-	if p, ok := b.OnDemandPrices[instanceType]; ok {
-		return p, true
-	}
-	p, ok := onDemandPrices[instanceType]
-	return p, ok
 }

@@ -18,10 +18,11 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "instance_profile", Type: providers.TypeString, Description: "IAM instance profile name for nodes."},
 	{Name: "key_name", Type: providers.TypeString, Description: "EC2 key pair name (optional)."},
 	{Name: "interruption_queue", Type: providers.TypeString, Description: "SQS queue (name or URL) fed by EventBridge interruption rules."},
-	{Name: "on_demand_prices", Type: providers.TypeJSON, Description: "Override bundled on-demand $/h per instance type, e.g. { \"p4d.24xlarge\" = 32.77 }."},
+	{Name: "on_demand_prices", Type: providers.TypeJSON, Description: "Override on-demand $/h per instance type (wins over the Price List API and the bundled table), e.g. { \"p4d.24xlarge\" = 32.77 }."},
 	{Name: "placement_score_capacity", Type: providers.TypeNumber, Description: "Instances to ask EC2 spot placement scores for (usually the fleet's size); default 1."},
 	{Name: "profile", Type: providers.TypeString, Description: "Shared config profile; default credential chain when unset."},
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the EC2 endpoint URL (testing, VPC endpoints)."},
 	{Name: "service_quotas_endpoint", Type: providers.TypeString, Description: "Override the Service Quotas endpoint URL used by `fleetd check` (testing, VPC endpoints)."},
+	{Name: "pricing_endpoint", Type: providers.TypeString, Description: "Override the AWS Price List Query API endpoint URL (testing, VPC endpoints); default the us-east-1 endpoint."},
 	{Name: "sqs_endpoint", Type: providers.TypeString, Description: "Override the SQS endpoint URL used for interruption_queue (testing, VPC endpoints)."},
 }}

@@ -5,3 +5,6 @@ func DescribeCredentials(credJSON []byte, envFile string, envJSON []byte, adcFil
 	s := describeCredentials(credJSON, envFile, envJSON, adcFile, adcJSON)
 	return s.source, s.principal, s.metadata
 }
+
+// MachineArch exposes machineArch to the external tests.
+var MachineArch = machineArch

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
@@ -441,7 +444,7 @@ func TestOfferings(t *testing.T) {
 			t.Errorf("%s missing from %d offerings", tc.key, len(offs))
 			continue
 		}
-		if o.GPUs != tc.gpus || o.GPUType != tc.gpuType || o.VCPUs != tc.vcpus || o.MemoryGiB != tc.memGiB || math.Abs(o.PricePerHour-tc.price) > 1e-6 || o.Available != -1 {
+		if o.GPUs != tc.gpus || o.GPUType != tc.gpuType || o.VCPUs != tc.vcpus || o.MemoryGiB != tc.memGiB || math.Abs(o.PricePerHour-tc.price) > 1e-6 || o.Available != -1 || o.Arch != "amd64" {
 			t.Errorf("%s = %+v, want %d×%s, %d vCPUs, %v GiB, $%v", tc.key, o, tc.gpus, tc.gpuType, tc.vcpus, tc.memGiB, tc.price)
 		}
 	}
@@ -516,5 +519,30 @@ func TestBlockDecodesFromSchema(t *testing.T) {
 	// an attribute the decoder does not know.
 	if !providers.IsInvalidConfig(err) || strings.Contains(err.Error(), "unknown field") {
 		t.Errorf("Offerings: %v", err)
+	}
+}
+
+// TestMachineArch maps GCE's architecture field, and the machine series
+// when the field is missing, to the agent binary a node needs.
+func TestMachineArch(t *testing.T) {
+	tests := []struct {
+		name, arch, want string
+	}{
+		{"a3-highgpu-8g", "X86_64", "amd64"},
+		{"c4a-standard-8", "ARM64", "arm64"},
+		{"a4x-highgpu-4g", "", "arm64"},
+		{"t2a-standard-4", "", "arm64"},
+		{"c4a-highmem-72", "ARCHITECTURE_UNSPECIFIED", "arm64"},
+		{"g2-standard-24", "", "amd64"},
+		{"n1-standard-8", "ARCHITECTURE_UNSPECIFIED", "amd64"},
+	}
+	for _, tt := range tests {
+		mt := &computepb.MachineType{Name: proto.String(tt.name)}
+		if tt.arch != "" {
+			mt.Architecture = proto.String(tt.arch)
+		}
+		if got := gcp.MachineArch(mt); got != tt.want {
+			t.Errorf("%s (architecture %q) = %q, want %q", tt.name, tt.arch, got, tt.want)
+		}
 	}
 }

@@ -75,6 +75,7 @@ func offeringsFor(c *config, zone string, mt *computepb.MachineType, maxCards in
 	base := providers.Offering{
 		Provider: Name, Region: region, Zone: zone, InstanceType: mt.GetName(),
 		VCPUs: int(mt.GetGuestCpus()), MemoryGiB: float64(mt.GetMemoryMb()) / 1024, Available: -1,
+		Arch: machineArch(mt),
 	}
 	for _, a := range mt.GetAccelerators() {
 		base.GPUs += int(a.GetGuestAcceleratorCount())
@@ -99,6 +100,24 @@ func offeringsFor(c *config, zone string, mt *computepb.MachineType, maxCards in
 	spot.CapacityType, spot.PricePerHour = providers.Spot, sp
 	onDemand.CapacityType, onDemand.PricePerHour = providers.OnDemand, od
 	return []providers.Offering{spot, onDemand}, nil
+}
+
+// machineArch is the CPU architecture of a machine type as Go names it:
+// GCE's architecture field (X86_64, ARM64) when the API gives it, else the
+// series: Tau T2A, Axion C4A and A4X (Grace) are Arm, the others x86-64.
+func machineArch(mt *computepb.MachineType) string {
+	switch mt.GetArchitecture() {
+	case "ARM64":
+		return "arm64"
+	case "X86_64":
+		return "amd64"
+	}
+	for _, p := range []string{"t2a-", "c4a-", "a4x-"} {
+		if strings.HasPrefix(mt.GetName(), p) {
+			return "arm64"
+		}
+	}
+	return "amd64"
 }
 
 // attachable reports whether GPUs can be attached to a machine type (only

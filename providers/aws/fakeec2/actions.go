@@ -69,7 +69,10 @@ func (s *Server) describeInstanceTypes(p params, requestID string) (any, *apiErr
 		t := s.types[n]
 		info := xmlInstanceTypeInfo{
 			InstanceType: t.Name, CurrentGeneration: true, SupportedUsageClasses: []string{"on-demand", "spot"},
-			DefaultVCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
+			DefaultVCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, Architectures: []string{"x86_64"},
+		}
+		if t.Arch != "" {
+			info.Architectures = []string{t.Arch}
 		}
 		if t.GPUs > 0 {
 			info.GPUInfo = &xmlGPUInfo{

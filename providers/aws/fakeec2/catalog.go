@@ -10,13 +10,15 @@ type InstanceType struct {
 	GPUName         string // e.g. "A100"
 	GPUManufacturer string // e.g. "NVIDIA"
 	GPUMemoryMiB    int    // per GPU
+	// Arch is EC2's processor architecture ("x86_64", "arm64"); "" is x86_64.
+	Arch string
 	// SpotPrice is the seed spot $/h in the region's first zone; later
 	// zones are a little dearer so "cheapest zone" is well defined.
 	SpotPrice float64
 }
 
 // DefaultInstanceTypes is the fake's catalogue: the GPU types fleetd is
-// usually pointed at plus one CPU type. Shapes follow the EC2 documentation;
+// usually pointed at (one of them Graviton, arm64) plus one CPU type. Shapes follow the EC2 documentation;
 // spot prices are plausible, not real.
 var DefaultInstanceTypes = []InstanceType{
 	{Name: "p3.2xlarge", VCPUs: 8, MemoryMiB: 62464, GPUs: 1, GPUName: "V100", GPUManufacturer: "NVIDIA", GPUMemoryMiB: 16384, SpotPrice: 0.92},
@@ -28,5 +30,6 @@ var DefaultInstanceTypes = []InstanceType{
 	{Name: "g5.12xlarge", VCPUs: 48, MemoryMiB: 196608, GPUs: 4, GPUName: "A10G", GPUManufacturer: "NVIDIA", GPUMemoryMiB: 24576, SpotPrice: 2.1},
 	{Name: "g4dn.xlarge", VCPUs: 4, MemoryMiB: 16384, GPUs: 1, GPUName: "T4", GPUManufacturer: "NVIDIA", GPUMemoryMiB: 16384, SpotPrice: 0.21},
 	{Name: "g6.xlarge", VCPUs: 4, MemoryMiB: 16384, GPUs: 1, GPUName: "L4", GPUManufacturer: "NVIDIA", GPUMemoryMiB: 22888, SpotPrice: 0.35},
+	{Name: "g5g.xlarge", VCPUs: 4, MemoryMiB: 8192, GPUs: 1, GPUName: "T4g", GPUManufacturer: "NVIDIA", GPUMemoryMiB: 16384, Arch: "arm64", SpotPrice: 0.17},
 	{Name: "m5.large", VCPUs: 2, MemoryMiB: 8192, SpotPrice: 0.04},
 }

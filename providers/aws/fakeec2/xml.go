@@ -134,6 +134,7 @@ type xmlInstanceTypeInfo struct {
 	SupportedUsageClasses []string    `xml:"supportedUsageClasses>item"`
 	DefaultVCPUs          int         `xml:"vCpuInfo>defaultVCpus"`
 	MemoryMiB             int         `xml:"memoryInfo>sizeInMiB"`
+	Architectures         []string    `xml:"processorInfo>supportedArchitectures>item"`
 	GPUInfo               *xmlGPUInfo `xml:"gpuInfo,omitempty"`
 }
 

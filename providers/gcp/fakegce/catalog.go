@@ -1,5 +1,7 @@
 package fakegce
 
+import "strings"
+
 // MachineTypeSpec describes a machine type the fake serves. GPUType and
 // GPUs are the built-in accelerators of A2/A3/G2 types (zero for N1 and
 // other general-purpose types, to which GPUs are attached).
@@ -45,6 +47,17 @@ var DefaultMachineTypes = []MachineTypeSpec{
 	{"n1-standard-64", 64, 245760, "", 0},
 	{"n1-standard-96", 96, 368640, "", 0},
 	{"e2-standard-4", 4, 16384, "", 0},
+}
+
+// architecture is what GCE reports for a machine type: the Arm series
+// (Tau T2A, Axion C4A, A4X with Grace CPUs) are ARM64, the rest X86_64.
+func architecture(machineType string) string {
+	for _, p := range []string{"t2a-", "c4a-", "a4x-"} {
+		if strings.HasPrefix(machineType, p) {
+			return "ARM64"
+		}
+	}
+	return "X86_64"
 }
 
 // DefaultAcceleratorTypes are the attachable GPUs the fake serves.

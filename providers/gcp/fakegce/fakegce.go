@@ -218,7 +218,7 @@ func (s *Server) addZone(z Zone) {
 			Kind: "compute#machineType", ID: Uint64(s.newID()), CreationTimestamp: "1969-12-31T16:00:00.000-08:00",
 			Name: m.Name, Description: describe(m), GuestCpus: m.VCPUs, MemoryMb: m.MemoryMb,
 			MaximumPersistentDisks: 128, MaximumPersistentDisksSizeGb: 263168, Zone: z.Name,
-			SelfLink: s.zoneLink(z.Name) + "/machineTypes/" + m.Name,
+			SelfLink: s.zoneLink(z.Name) + "/machineTypes/" + m.Name, Architecture: architecture(m.Name),
 		}
 		if m.GPUs > 0 {
 			mt.Accelerators = []MachineTypeAccelerator{{GuestAcceleratorType: m.GPUType, GuestAcceleratorCount: m.GPUs}}

@@ -213,6 +213,7 @@ type MachineType struct {
 	Zone                         string                   `json:"zone"`
 	SelfLink                     string                   `json:"selfLink"`
 	IsSharedCpu                  bool                     `json:"isSharedCpu"`
+	Architecture                 string                   `json:"architecture,omitempty"` // X86_64, ARM64
 	Accelerators                 []MachineTypeAccelerator `json:"accelerators,omitempty"`
 }
 

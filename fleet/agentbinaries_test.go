@@ -1,0 +1,158 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
+	"github.com/fleetd/fleetd/providers/aws/fakeec2"
+)
+
+// TestAgentBinaryPerArch: a fleet whose only instance type is of an
+// architecture the daemon has no agent for is refused at plan and apply,
+// with the architecture, where the daemon looked and the fix; a fleet
+// with other offerings too passes, the unservable ones excluded from its
+// market view; once the binary is in agent_dir the fleet plans, its
+// nodes' user-data pins that binary, and the daemon serves it.
+func TestAgentBinaryPerArch(t *testing.T) {
+	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+		t.Skip("the daemon's own executable serves its platform only on linux/amd64 and linux/arm64")
+	}
+	// The daemon (this test binary) serves its own architecture; the
+	// fleet asks for the other one.
+	other, otherType, hostType := "arm64", "g5g.xlarge", "g4dn.xlarge"
+	if runtime.GOARCH == "arm64" {
+		other, otherType, hostType = "amd64", "g4dn.xlarge", "g5g.xlarge"
+	}
+	awsTestEnv(t)
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
+	ec2srv := httptest.NewServer(ec2)
+	defer ec2srv.Close()
+	spec := func(types string) api.ApplyRequest {
+		return api.ApplyRequest{Filename: "t4.hcl", Source: fmt.Sprintf(`
+fleet "t4" {
+  min_nodes = 1
+  max_nodes = 1
+  node { gpus = 1 }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = [%s]
+    image          = "ami-0123456789abcdef0"
+    endpoint       = %q
+  }
+  training { command = ["python3", "train.py"] }
+}`, types, ec2srv.URL)}
+	}
+	only, mixed := spec(fmt.Sprintf("%q", otherType)), spec(fmt.Sprintf("%q, %q", otherType, hostType))
+	ctx := context.Background()
+
+	agentDir := t.TempDir()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil,
+		Options{Config: Config{AgentDir: agentDir}})
+	_, err := td.client.Plan(ctx, only)
+	var he *api.HTTPError
+	if err == nil {
+		t.Fatalf("plan of a linux/%s-only fleet without its agent succeeded", other)
+	}
+	t.Logf("plan refused: %v", err)
+	for _, want := range []string{"linux/" + other, otherType, agentDir, "make release", "fleetd-linux-" + other, "nothing was applied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("plan error does not say %q:\n%v", want, err)
+		}
+	}
+	if errors.As(err, &he) && he.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("status %d, want 422", he.StatusCode)
+	}
+	if _, err := td.client.Apply(ctx, only); err == nil || !strings.Contains(err.Error(), "no agent binary") {
+		t.Fatalf("apply: %v, want the same refusal", err)
+	}
+
+	// Some offerings can be served: the fleet passes, the others are
+	// excluded with the reason.
+	if _, err := td.client.Plan(ctx, mixed); err != nil {
+		t.Fatalf("plan with a servable offering: %v", err)
+	}
+	var views []OfferingsView
+	if err := td.client.Do(ctx, http.MethodPost, "/v1/offerings", nil, mixed, &views); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, r := range views[0].Offerings {
+		if r.Offering.CapacityType == "spot" {
+			seen[r.Offering.InstanceType] = r.Excluded
+		}
+	}
+	if seen[otherType] != "no agent binary for "+other || seen[hostType] != "" {
+		t.Errorf("offerings view exclusions %q, want %s excluded for its agent and %s launchable", seen, otherType, hostType)
+	}
+	td.stop()
+
+	// With the binary in agent_dir, the same daemon config serves the fleet.
+	stub := bootstrap.StubELF(other)
+	if err := os.WriteFile(filepath.Join(agentDir, bootstrap.AgentFileName(other)), stub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	td = launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil,
+		Options{Config: Config{AgentDir: agentDir}})
+	if _, err := td.client.Plan(ctx, only); err != nil {
+		t.Fatalf("plan with the %s agent in agent_dir: %v", other, err)
+	}
+	want, _ := td.agents.Lookup(other)
+	if want.Self || want.Path != filepath.Join(agentDir, bootstrap.AgentFileName(other)) {
+		t.Fatalf("index has %+v for %s", want, other)
+	}
+	file, err := td.parseRequest(only)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := file.Fleets[0]
+	for _, arch := range []string{other, runtime.GOARCH} {
+		n := state.Node{ID: "t4-1-0001", Offering: providers.Offering{Provider: awsprov.Name, InstanceType: otherType, Arch: arch}}
+		ud, err := td.userData("t4", fl, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := td.agents.Lookup(arch)
+		u := td.URL() + "/v1/agent/binary?" + url.Values{"arch": {arch}, "fleet": {"t4"}, "node": {n.ID}}.Encode()
+		if !strings.Contains(ud, "echo '"+b.SHA256+"  ") || !strings.Contains(ud, u) {
+			t.Errorf("%s node's user-data does not download %s pinned to %s:\n%s", arch, u, b.SHA256, ud)
+		}
+	}
+
+	// The route serves the binary of the asked architecture.
+	req, _ := http.NewRequest(http.MethodGet, td.URL()+"/v1/agent/binary?arch="+other, nil)
+	req.Header.Set("Authorization", "Bearer "+td.Token())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != string(stub) || resp.Header.Get("X-Fleetd-Sha256") != want.SHA256 {
+		t.Errorf("GET ?arch=%s: %d, %d bytes, sha %s; want the stub", other, resp.StatusCode, len(body), resp.Header.Get("X-Fleetd-Sha256"))
+	}
+	req, _ = http.NewRequest(http.MethodGet, td.URL()+"/v1/agent/binary?arch=riscv64", nil)
+	req.Header.Set("Authorization", "Bearer "+td.Token())
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "no agent binary for linux/riscv64") {
+		t.Errorf("GET ?arch=riscv64: %d %s, want 404 naming it", resp.StatusCode, body)
+	}
+}
