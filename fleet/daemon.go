@@ -202,7 +202,9 @@ func (d *Daemon) loadRendezvous(ctx context.Context) error {
 		return fmt.Errorf("rendezvous: %w", err)
 	}
 	if old := d.rdzv.Swap(svc); old != nil {
-		old.Close()
+		// Asynchronous: Close waits for a save in flight, which a deposed
+		// term's fence may be refusing with backoff.
+		go old.Close()
 	}
 	return nil
 }

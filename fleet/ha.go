@@ -142,6 +142,13 @@ func (d *Daemon) lead(ctx context.Context, self cluster.Server) {
 	}
 	c.campaigning.Store(true)
 	for ctx.Err() == nil {
+		// Rounds change only on the leader: a follower's rendezvous service
+		// would run its timers on members it never hears from and try to
+		// save rounds its fence refuses. Closing may wait for a save in
+		// flight, so it does not hold up the campaign.
+		if svc := d.rz(); svc != nil {
+			go svc.Close()
+		}
 		term, err := c.elector.Campaign(ctx)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -73,11 +73,16 @@ func TestHAChaos(t *testing.T) {
 	writeSpec := func(desired int) {
 		spec := fmt.Sprintf(`
 fleet "ha" {
-  min_nodes     = 1
+  min_nodes     = %d
   max_nodes     = 4
   desired_nodes = %d
   node { gpus = 1 }
-  placement { colocate = "region" }
+  # Notices mark the spot offerings unavailable for a while; on-demand
+  # takes over at once so every round can converge to its size.
+  placement {
+    colocate           = "region"
+    on_demand_fallback = "after 1s below min_nodes"
+  }
   provider "local" {
     zones       = ["local-a", "local-b"]
     state_dir   = %q
@@ -92,7 +97,7 @@ fleet "ha" {
     dead_after = "20s"
   }
 }
-`, desired, nodeDir)
+`, desired, desired, nodeDir)
 		if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
 			t.Fatal(err)
 		}
