@@ -17,31 +17,20 @@ func init() {
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	var sf specFlags
+	sf.register(fs, stderr)
 	quick := fs.Bool("quick", false, "only the cheap checks `apply` runs before launching")
-	rest, err := parseInterleaved(fs, args)
-	if err != nil || len(rest) != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd check [-quick] [-var NAME=VALUE] [-json] FILE")
-		fmt.Fprintln(stderr, "Runs each provider block's preflight through the daemon (with its credentials); exit 0 when nothing failed, 1 otherwise.")
-		return exitUsage
-	}
-	req, err := specRequest(rest[0], vars, stderr)
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
+	req, c, code, ok := sf.parse(fs, args, stderr,
+		"Usage: fleetd check [-quick] [-var NAME=VALUE] [-json] FILE",
+		"Runs each provider block's preflight through the daemon (with its credentials); exit 0 when nothing failed, 1 otherwise.")
+	if !ok {
+		return code
 	}
 	var rep api.CheckReport
 	if err := c.Do(context.Background(), http.MethodPost, "/v1/check", nil, api.CheckRequest{ApplyRequest: req, Quick: *quick}, &rep); err != nil {
 		return exitCode(stderr, daemonError(stderr, err))
 	}
-	if cf.json {
+	if sf.json {
 		printJSON(stdout, rep)
 	} else {
 		printCheck(stdout, rep)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -61,4 +62,37 @@ func age(d time.Duration) string {
 		return d.Truncate(time.Minute).String()
 	}
 	return (d / (24 * time.Hour) * 24 * time.Hour).String()
+}
+
+// specFlags are the flags of a command that sends one spec file to the
+// daemon (check, offerings): the client flags, -var, and exactly one FILE.
+type specFlags struct {
+	clientFlags
+	vars varFlag
+}
+
+func (s *specFlags) register(fs *flag.FlagSet, stderr io.Writer) {
+	fs.SetOutput(stderr)
+	s.clientFlags.register(fs)
+	fs.Var(&s.vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+}
+
+// parse parses args (flags may follow FILE), reads the spec and makes the
+// client. On failure it has reported the problem (usage lines for a bad
+// call) and returns the exit code with ok false.
+func (s *specFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer, usage ...string) (req api.ApplyRequest, c *api.Client, code int, ok bool) {
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		for _, u := range usage {
+			fmt.Fprintln(stderr, u)
+		}
+		return req, nil, exitUsage, false
+	}
+	if req, err = specRequest(rest[0], s.vars, stderr); err != nil {
+		return req, nil, exitCode(stderr, err), false
+	}
+	if c, err = s.client(); err != nil {
+		return req, nil, exitCode(stderr, err), false
+	}
+	return req, c, exitOK, true
 }

@@ -103,30 +103,18 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 
 func runOfferings(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("offerings", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	var sf specFlags
+	sf.register(fs, stderr)
 	all := fs.Bool("all", false, "also list excluded offerings")
-	rest, err := parseInterleaved(fs, args)
-	if err != nil || len(rest) != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd offerings [-all] [-var NAME=VALUE] [-json] FILE")
-		return exitUsage
-	}
-	req, err := specRequest(rest[0], vars, stderr)
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
+	req, c, code, ok := sf.parse(fs, args, stderr, "Usage: fleetd offerings [-all] [-var NAME=VALUE] [-json] FILE")
+	if !ok {
+		return code
 	}
 	var views []fleet.OfferingsView
 	if err := c.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, req, &views); err != nil {
 		return exitCode(stderr, daemonError(stderr, err))
 	}
-	if cf.json {
+	if sf.json {
 		printJSON(stdout, views)
 		return exitOK
 	}
