@@ -177,6 +177,12 @@ func (d *Daemon) lead(ctx context.Context, self cluster.Server) {
 		}
 		cancel()
 		wg.Wait()
+		if ctx.Err() == nil {
+			// The lease may still be alive on etcd's side (this server only
+			// stopped being sure of it): drop it so the next leader need not
+			// wait for it to expire.
+			term.Resign(context.Background())
+		}
 		if ctx.Err() != nil {
 			// A clean shutdown saves the runtimes' accounting in this term,
 			// then hands over at once instead of after the TTL.

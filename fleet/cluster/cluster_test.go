@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +208,129 @@ func TestElectionAndFencing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("term not done after Resign")
 	}
+}
+
+// stallProxy forwards TCP to an etcd member and can stop moving bytes while
+// keeping every connection open: what a client sees when the member's VM is
+// paused or a partition drops packets without resets.
+type stallProxy struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	stalled bool
+	resume  chan struct{}
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, resume: make(chan struct{})}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go p.pipe(c, u)
+			go p.pipe(u, c)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			wait := p.resume
+			stalled := p.stalled
+			p.mu.Unlock()
+			if stalled {
+				<-wait
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallProxy) stall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on == p.stalled {
+		return
+	}
+	p.stalled = on
+	if !on {
+		close(p.resume)
+		p.resume = make(chan struct{})
+	}
+}
+
+// TestTermSurvivesStalledMember: the leader's client reaches etcd through
+// two members; each in turn stalls for several TTLs. The other member
+// serves renewals, so the term must not end. (With clientv3's keepalive
+// stream the renewal hung on whichever member carried it and the term
+// lapsed; seen as a flaky leader change in TestHAThreeServers.)
+func TestTermSurvivesStalledMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member etcd")
+	}
+	cfgs, _ := startCluster(t, 3)
+	eps := cfgs[0].Embedded.ClientEndpoints
+	pa := newStallProxy(t, strings.TrimPrefix(eps[0], "http://"))
+	pb := newStallProxy(t, strings.TrimPrefix(eps[1], "http://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{pa.url(), pb.url()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	el := NewElector(cli, cfgs[0].Prefix, cfgs[0].TTL(), Server{Name: "solo"})
+	term, err := el.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*stallProxy{pa, pb} {
+		p.stall(true)
+		select {
+		case <-term.Done():
+			p.stall(false)
+			t.Fatalf("the term ended while one of two members was stalled (TTL %s)", cfgs[0].TTL())
+		case <-time.After(3 * cfgs[0].TTL()):
+		}
+		p.stall(false)
+	}
+	// Both stalled: nothing can renew the lease, so the term must end
+	// within about the TTL, before etcd would let another server lead.
+	pa.stall(true)
+	pb.stall(true)
+	start := time.Now()
+	select {
+	case <-term.Done():
+		t.Logf("term ended %.2fs after every member stalled (TTL %s)", time.Since(start).Seconds(), cfgs[0].TTL())
+	case <-time.After(2 * cfgs[0].TTL()):
+		t.Error("the term outlived its lease with every member stalled")
+	}
+	pa.stall(false)
+	pb.stall(false)
 }

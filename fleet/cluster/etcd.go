@@ -97,8 +97,9 @@ func Connect(ctx context.Context, c *Config) (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: tlsCfg, Context: ctx,
-		// Keepalives notice a dead member within seconds, so the client
-		// moves to another endpoint.
+		// Transport keepalives drop a connection to a dead member (gRPC
+		// clamps the interval to at least 10 s); the election lease does not
+		// rely on them (see leaseKeeper).
 		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
 	})
 	if err != nil {
