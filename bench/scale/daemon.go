@@ -145,9 +145,12 @@ type benchDaemon struct {
 // newBenchDaemon creates the daemon, applies a fleet of n nodes and
 // records n nodes in state nodeState with live instances, as a daemon
 // restarted under a fleet of that size finds them. It does not serve yet.
-func newBenchDaemon(ctx context.Context, dataDir, fleetName string, n int, nodeState state.NodeState, deadAfter time.Duration) (*benchDaemon, error) {
+func newBenchDaemon(ctx context.Context, dataDir, fleetName string, n int, nodeState state.NodeState, deadAfter time.Duration, opts ...func(*fleet.Config)) (*benchDaemon, error) {
 	cfg := fleet.DefaultConfig()
 	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if err := cfg.Finish(); err != nil {
 		return nil, err
 	}

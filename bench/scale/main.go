@@ -50,7 +50,7 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the figures to this JSON file")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (daemon included) to this file")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: scale [flags] [all|state|rendezvous|reconcile]...")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: scale [flags] [all|state|rendezvous|reconcile|stores]...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -94,10 +94,13 @@ func main() {
 		"reconcile": func() {
 			run(fmt.Sprintf("reconcile.%d", p.Nodes), func() error { return benchReconcile(ctx, r, p) })
 		},
+		"stores": func() {
+			run(fmt.Sprintf("stores.%d", p.Nodes), func() error { return benchStores(ctx, r, p) })
+		},
 	}
 	for _, w := range what {
 		if w == "all" {
-			for _, b := range []string{"state", "rendezvous", "reconcile"} {
+			for _, b := range []string{"state", "rendezvous", "reconcile", "stores"} {
 				benches[b]()
 			}
 			continue

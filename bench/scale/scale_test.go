@@ -43,6 +43,7 @@ func TestBenchmarksSmall(t *testing.T) {
 		"state":      func() error { return benchState(ctx, r, p) },
 		"rendezvous": func() error { return benchRendezvous(ctx, r, 40, p) },
 		"reconcile":  func() error { return benchReconcile(ctx, r, p) },
+		"stores":     func() error { return benchStores(ctx, r, p) },
 	} {
 		if err := run(); err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, buf.String())
@@ -59,6 +60,7 @@ func TestBenchmarksSmall(t *testing.T) {
 		"state.events_per_s_batched_8_callers", "state.file_per_10000_nodes",
 		"rendezvous.40.last_join_to_all_assigned", "rendezvous.40.daemon_cpu_heartbeat_2s", "rendezvous.40.steady_heartbeats_per_s",
 		"reconcile.300.pass_pure_median", "reconcile.300.pass_daemon_mean", "reconcile.300.rss", "reconcile.300.storm_notice_to_replacement_max",
+		"stores.bbolt.300.pass_daemon_mean", "stores.etcd.300.read_nodes_median", "stores.etcd.300.pass_daemon_mean",
 	} {
 		f, ok := got[name]
 		if !ok {
