@@ -20,6 +20,12 @@ cluster {
       c = "http://10.0.3.5:2380"
     }
     client_endpoints = ["http://10.0.1.5:2379", "http://10.0.2.5:2379", "http://10.0.3.5:2379"]
+    # Mutual TLS between members and clients (every URL above then https://):
+    # tls {
+    #   ca_file   = "/etc/fleetd/etcd-ca.pem"
+    #   cert_file = "/etc/fleetd/etcd-a.pem"     # server + client auth, SAN 10.0.1.5
+    #   key_file  = "/etc/fleetd/etcd-a-key.pem"
+    # }
   }
 
   # Or an etcd cluster you already run:

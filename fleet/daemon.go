@@ -163,7 +163,12 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("node secret: %w", err)
 	}
 	if cfg.TLSEnabled() && cfg.TLS.CertFile == "" {
-		if d.ca, err = loadOrCreateCA(cfg.DataDir); err != nil {
+		if d.cl != nil {
+			d.ca, err = d.sharedCA(ctx)
+		} else {
+			d.ca, err = loadOrCreateCA(cfg.DataDir)
+		}
+		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("tls: %w", err)
 		}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -151,4 +153,49 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// sharedCA is the CA of a cluster: every server issues its own server
+// certificate from the same CA, so agents and the CLI pin one fingerprint
+// whichever server they reach. The first server to start offers its local
+// CA (or a new one); the others adopt the shared one and write it to their
+// data dir, where `-ca-cert data_dir/ca.pem` finds it.
+func (d *Daemon) sharedCA(ctx context.Context) (*CA, error) {
+	v, err := d.sharedSecret(ctx, "tls_ca", func() (string, error) {
+		local, err := loadOrCreateCA(d.cfg.DataDir)
+		if err != nil {
+			return "", err
+		}
+		kb, err := x509.MarshalECPrivateKey(local.key)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(caPEM{Cert: string(local.CertPEM), Key: string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))})
+		return string(b), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shared CA: %w", err)
+	}
+	var pair caPEM
+	if err := json.Unmarshal([]byte(v), &pair); err != nil {
+		return nil, fmt.Errorf("shared CA: %w", err)
+	}
+	ca, err := parseCA([]byte(pair.Cert), []byte(pair.Key))
+	if err != nil {
+		return nil, fmt.Errorf("shared CA: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, "ca-key.pem"), []byte(pair.Key), 0o600); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(d.cfg.DataDir, "ca.pem"), []byte(pair.Cert), 0o600); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+// caPEM is the shared CA as stored in the cluster's state (meta tls_ca),
+// as secret as the admin token next to it.
+type caPEM struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
 }

@@ -74,6 +74,11 @@ type EmbeddedConfig struct {
 	// ClientEndpoints are every member's client URL, for the client this
 	// server uses (default: this member's client URL only).
 	ClientEndpoints []string `hcl:"client_endpoints,optional"`
+	// TLS secures the member's peer and client listeners with one
+	// certificate per server (server and client auth, SANs for its peer
+	// and client hosts) signed by the deployment's CA; members and clients
+	// must present certificates signed by it. Every URL is then https.
+	TLS *TLS `hcl:"tls,block"`
 	// InitialClusterState is "new" (default: the members bootstrap the
 	// cluster together) or "existing" (this member replaces a lost one and
 	// joins a running cluster after `etcdctl member add`).
@@ -159,6 +164,29 @@ func (c *Config) Finish(base, dataDir string) error {
 		if len(e.ClientEndpoints) == 0 {
 			e.ClientEndpoints = []string{e.ListenClient}
 		}
+		if t := e.TLS; t != nil {
+			t.CAFile, t.CertFile, t.KeyFile = abs(t.CAFile), abs(t.CertFile), abs(t.KeyFile)
+			if t.CAFile == "" || t.CertFile == "" || t.KeyFile == "" {
+				bad("cluster.embedded_etcd.tls: ca_file, cert_file and key_file are all required (members verify each other)")
+			}
+			urls := map[string]string{"listen_peer": e.ListenPeer, "listen_client": e.ListenClient}
+			for n, u := range e.InitialCluster {
+				urls[fmt.Sprintf("initial_cluster[%q]", n)] = u
+			}
+			for i, u := range e.ClientEndpoints {
+				urls[fmt.Sprintf("client_endpoints[%d]", i)] = u
+			}
+			keys := make([]string, 0, len(urls))
+			for k := range urls {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				if !strings.HasPrefix(urls[k], "https://") {
+					bad("cluster.embedded_etcd: %s %q: with tls {}, every member URL is https://", k, urls[k])
+				}
+			}
+		}
 		switch e.InitialClusterState {
 		case "":
 			e.InitialClusterState = "new"
@@ -222,24 +250,39 @@ func (e *EtcdConfig) clientTLS() (*tls.Config, error) {
 	if e == nil || e.TLS == nil {
 		return nil, nil
 	}
+	return e.TLS.config("cluster.etcd.tls")
+}
+
+// config is the client side of t: the CA verifies the members, the
+// certificate (if any) is presented to them.
+func (t *TLS) config(where string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if e.TLS.CAFile != "" {
-		pem, err := os.ReadFile(e.TLS.CAFile)
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("cluster.etcd.tls: %w", err)
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("cluster.etcd.tls: no certificate in %s", e.TLS.CAFile)
+			return nil, fmt.Errorf("%s: no certificate in %s", where, t.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
-	if e.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(e.TLS.CertFile, e.TLS.KeyFile)
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("cluster.etcd.tls: %w", err)
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// clientTLS is how this server's client reaches the members: with the
+// member's own certificate (it carries client auth too) and the CA.
+func (e *EmbeddedConfig) clientTLS() (*tls.Config, error) {
+	if e == nil || e.TLS == nil {
+		return nil, nil
+	}
+	return e.TLS.config("cluster.embedded_etcd.tls")
 }

@@ -2,8 +2,17 @@ package cluster
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +47,8 @@ func TestConfigFinish(t *testing.T) {
 		{"self missing from initial_cluster", Config{Embedded: &EmbeddedConfig{Name: "c", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}}}, `no member "c"`},
 		{"peer mismatch", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": "http://127.0.0.9:2380"}}}, "but listen_peer"},
 		{"bad prefix", Config{Prefix: "fleetd", Etcd: &EtcdConfig{Endpoints: []string{"http://x:2379"}}}, "must start and end with /"},
+		{"tls on http", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}, TLS: &TLS{CAFile: "ca", CertFile: "c", KeyFile: "k"}}}, "every member URL is https://"},
+		{"tls incomplete", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: "https://127.0.0.1:2380", InitialCluster: map[string]string{"a": "https://127.0.0.1:2380"}, TLS: &TLS{CAFile: "ca"}}}, "are all required"},
 		{"bad cluster state", Config{Embedded: &EmbeddedConfig{Name: "a", ListenPeer: peer, InitialCluster: map[string]string{"a": peer}, InitialClusterState: "old"}}, "initial_cluster_state"},
 	}
 	for _, tc := range cases {
@@ -333,4 +344,120 @@ func TestTermSurvivesStalledMember(t *testing.T) {
 	}
 	pa.stall(false)
 	pb.stall(false)
+}
+
+// writeTestPKI writes a CA and one certificate for 127.0.0.1 with server
+// and client auth (what each server's member presents on both sides).
+func writeTestPKI(t *testing.T) *TLS {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleetd test etcd CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return &TLS{CAFile: write("ca.pem", "CERTIFICATE", caDER), CertFile: write("member.pem", "CERTIFICATE", der), KeyFile: write("member-key.pem", "EC PRIVATE KEY", keyDER)}
+}
+
+// TestEmbeddedTLS: three members with tls {} talk raft and serve clients
+// over mutual TLS; an election runs on it; a client without a certificate
+// from the CA is refused.
+func TestEmbeddedTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member etcd")
+	}
+	pki := writeTestPKI(t)
+	initial := map[string]string{}
+	var clients []string
+	embeds := make([]*EmbeddedConfig, 3)
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", i)
+		peer := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+		client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+		initial[name] = peer
+		clients = append(clients, client)
+		embeds[i] = &EmbeddedConfig{Name: name, ListenPeer: peer, ListenClient: client, DataDir: t.TempDir(), TLS: pki}
+	}
+	cfgs := make([]*Config, 3)
+	errc := make(chan error, 3)
+	for i, e := range embeds {
+		e.InitialCluster, e.ClientEndpoints = initial, clients
+		cfgs[i] = &Config{SessionTTL: "2s", Embedded: e}
+		if err := cfgs[i].Finish("", ""); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			m, err := StartMember(t.Context(), e)
+			if err == nil {
+				t.Cleanup(m.Close)
+			}
+			errc <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := Connect(ctx, cfgs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "/fleetd/tls-test", "x"); err != nil {
+		t.Fatalf("put over TLS: %v", err)
+	}
+	term, err := NewElector(cli, cfgs[1].Prefix, cfgs[1].TTL(), Server{Name: "m1"}).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("campaign over TLS: %v", err)
+	}
+	term.Resign(ctx)
+
+	// The CA but no client certificate: the members refuse the handshake.
+	anon, err := (&TLS{CAFile: pki.CAFile}).config("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := clientv3.New(clientv3.Config{Endpoints: clients, TLS: anon, DialTimeout: 2 * time.Second})
+	if err == nil {
+		defer bare.Close()
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = bare.Get(actx, "/fleetd/tls-test")
+		acancel()
+	}
+	if err == nil {
+		t.Error("a client without a certificate from the CA read the members' state")
+	}
 }

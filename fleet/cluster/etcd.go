@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -35,6 +36,13 @@ func StartMember(ctx context.Context, c *EmbeddedConfig) (*Member, error) {
 	}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	if t := c.TLS; t != nil {
+		// Peers and clients both authenticate with certificates from the
+		// deployment's CA: a host that can reach the ports but holds no
+		// such certificate can neither join raft nor read fleet state.
+		info := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+		cfg.PeerTLSInfo, cfg.ClientTLSInfo = info, info
+	}
 	cfg.InitialCluster = c.initialCluster()
 	cfg.InitialClusterToken = "fleetd"
 	cfg.ClusterState = embed.ClusterStateFlagNew
@@ -94,6 +102,11 @@ func Connect(ctx context.Context, c *Config) (*clientv3.Client, error) {
 	tlsCfg, err := c.Etcd.clientTLS()
 	if err != nil {
 		return nil, err
+	}
+	if c.Embedded != nil {
+		if tlsCfg, err = c.Embedded.clientTLS(); err != nil {
+			return nil, err
+		}
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: tlsCfg, Context: ctx,

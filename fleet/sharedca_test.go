@@ -1,0 +1,105 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/cluster"
+)
+
+func loopbackURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
+}
+
+// TestClusterSharesOneCA: two servers of a cluster with tls {} (generated
+// certificates) issue their server certificates from one CA, so an agent
+// or CLI that pins it reaches either server. The second server adopts the
+// first's CA although it had its own in its data dir.
+func TestClusterSharesOneCA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	peer, client := loopbackURL(t), loopbackURL(t)
+	mk := func(name string, cl *cluster.Config) (*Daemon, string) {
+		dir := t.TempDir()
+		cfg := DefaultConfig()
+		cfg.Listen, cfg.DataDir = "127.0.0.1:0", dir
+		cfg.TokenFile = filepath.Join(dir, "token")
+		cfg.TLS = &TLSConfig{}
+		cfg.Cluster = cl
+		if err := cfg.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("server %s: %v", name, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d, dir
+	}
+	a, dirA := mk("a", &cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}})
+	// b had a CA of its own from an earlier single-server life.
+	dirB := t.TempDir()
+	own, err := loadOrCreateCA(dirB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Fingerprint == a.CA().Fingerprint {
+		t.Fatal("two fresh CAs with one fingerprint")
+	}
+	cfgB := DefaultConfig()
+	cfgB.Listen, cfgB.DataDir, cfgB.TokenFile, cfgB.TLS = "127.0.0.1:0", dirB, filepath.Join(dirB, "token"), &TLSConfig{}
+	cfgB.Cluster = &cluster.Config{Name: "b", Etcd: &cluster.EtcdConfig{Endpoints: []string{client}}}
+	if err := cfgB.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(ctx, Options{Config: cfgB, Version: "test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("server b: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+
+	if a.CA().Fingerprint != b.CA().Fingerprint {
+		t.Fatalf("servers pin different CAs: %s and %s", a.CA().Fingerprint, b.CA().Fingerprint)
+	}
+	pemA, _ := os.ReadFile(filepath.Join(dirA, "ca.pem"))
+	pemB, _ := os.ReadFile(filepath.Join(dirB, "ca.pem"))
+	if !bytes.Equal(pemA, pemB) {
+		t.Error("b's data_dir/ca.pem is not the cluster's CA")
+	}
+	// One pinned CA reaches both servers over TLS.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemA)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for name, d := range map[string]*Daemon{"a": a, "b": b} {
+		if err := d.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = d.Run(ctx) }()
+		resp, err := hc.Get(d.URL() + "/healthz")
+		if err != nil {
+			t.Fatalf("server %s with the shared CA pinned: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("server %s /healthz: HTTP %d", name, resp.StatusCode)
+		}
+	}
+}
