@@ -21,6 +21,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/fleet/intake"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
@@ -101,8 +102,7 @@ type Daemon struct {
 	fleetLocks map[string]*sync.Mutex
 	noticeAt   sync.Map
 	rdzvEvents chan state.Event
-	intake     intake
-	intakeKick chan struct{}
+	intake     *intake.Intake
 
 	specMu    sync.Mutex
 	specCache map[string]cachedSpec
@@ -141,7 +141,8 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	var err error
 	d := &Daemon{cl: cl, cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
-		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096), intakeKick: make(chan struct{}, 1)}
+		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096)}
+	d.intake = intake.New(intakeDeps{d}, log, opts.PollInterval)
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
 	}
@@ -369,7 +370,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cl == nil {
 		go d.reconcileLoop(ctx)
 		go d.rdzvEventWriter(ctx)
-		go d.intakeLoop(ctx)
+		go d.intake.Run(ctx)
 		d.kick()
 	} else {
 		leading.Add(1)

@@ -307,10 +307,7 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 		resp.Fleets[i] = d.withLive(resp.Fleets[i])
 	}
 	d.kick()
-	select {
-	case d.intakeKick <- struct{}{}:
-	default:
-	}
+	d.intake.Kick()
 	return resp, nil
 }
 

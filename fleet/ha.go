@@ -238,7 +238,7 @@ func (d *Daemon) otherServers() []string {
 
 // runLeaderWork starts what only the leader runs.
 func (d *Daemon) runLeaderWork(ctx context.Context, wg *sync.WaitGroup) {
-	for _, f := range []func(context.Context){d.reconcileLoop, d.rdzvEventWriter, d.intakeLoop} {
+	for _, f := range []func(context.Context){d.reconcileLoop, d.rdzvEventWriter, d.intake.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
