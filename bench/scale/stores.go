@@ -90,21 +90,10 @@ func benchStore(ctx context.Context, r *report.Reporter, p params, store string)
 	if err := bd.start(ctx); err != nil {
 		return err
 	}
-	first, err := waitPasses(ctx, bd, 2, 60*time.Second)
+	mean, err := daemonPasses(ctx, bd, name, p.DaemonPasses, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	time.Sleep(p.DaemonPasses)
-	last, err := bd.reconcileStats(ctx, "0.05")
-	if err != nil {
-		return err
-	}
-	passes := last.Count - first.Count
-	if passes < 1 {
-		return fmt.Errorf("the daemon made no reconcile pass in %s", p.DaemonPasses)
-	}
-	mean := (last.Sum - first.Sum) / passes * 1000
-	fmt.Printf("%s: daemon passes: %.0f measured, mean %.1fms, %.0f of them ≤ 50ms\n", name, passes, mean, last.UnderLE-first.UnderLE)
 	r.Info(name+".pass_daemon_mean", mean, "ms")
 	// populate launches around the recorder: any Create here is the
 	// daemon's, over a fleet that needs none.

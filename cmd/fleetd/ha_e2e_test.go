@@ -169,30 +169,7 @@ func TestHAThreeServers(t *testing.T) {
 	}
 	nodeDir := t.TempDir()
 	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	spec := fmt.Sprintf(`
-fleet "ha" {
-  min_nodes = 2
-  max_nodes = 2
-  node { gpus = 1 }
-  placement { colocate = "region" }
-  provider "local" {
-    zones     = ["local-a", "local-b"]
-    state_dir = %q
-  }
-  training {
-    command     = ["sleep", "600"]
-    drain_grace = "5s"
-  }
-  rendezvous {
-    heartbeat  = "1s"
-    dead_after = "20s"
-  }
-}
-`, nodeDir)
-	specFile := filepath.Join(t.TempDir(), "ha.hcl")
-	if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	specFile := writeHASpec(t, "ha", nodeDir)
 	// Applied through a follower: it forwards to the leader.
 	if out, errOut, code := cli(followers[0].url, "apply", "-auto-approve", specFile); code != 0 {
 		t.Fatalf("apply through follower %s: exit %d\n%s\n%s", followers[0].name, code, out, errOut)
@@ -329,4 +306,36 @@ fleet "ha" {
 		}
 	}()
 	waitUntil(t, "nodes terminated", 60*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
+}
+
+// writeHASpec writes the fleet the HA tests run: two local nodes sleeping
+// (the workers' fate is not under test), heartbeats every second, and a
+// dead_after long enough that a failover must not cost a node.
+func writeHASpec(t *testing.T, name, nodeDir string) string {
+	t.Helper()
+	spec := fmt.Sprintf(`
+fleet %q {
+  min_nodes = 2
+  max_nodes = 2
+  node { gpus = 1 }
+  placement { colocate = "region" }
+  provider "local" {
+    zones     = ["local-a", "local-b"]
+    state_dir = %q
+  }
+  training {
+    command     = ["sleep", "600"]
+    drain_grace = "5s"
+  }
+  rendezvous {
+    heartbeat  = "1s"
+    dead_after = "20s"
+  }
+}
+`, name, nodeDir)
+	file := filepath.Join(t.TempDir(), name+".hcl")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

@@ -79,30 +79,7 @@ cluster {
 
 	nodeDir := t.TempDir()
 	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	spec := fmt.Sprintf(`
-fleet "ext" {
-  min_nodes = 2
-  max_nodes = 2
-  node { gpus = 1 }
-  placement { colocate = "region" }
-  provider "local" {
-    zones     = ["local-a", "local-b"]
-    state_dir = %q
-  }
-  training {
-    command     = ["sleep", "600"]
-    drain_grace = "3s"
-  }
-  rendezvous {
-    heartbeat  = "1s"
-    dead_after = "20s"
-  }
-}
-`, nodeDir)
-	specFile := filepath.Join(t.TempDir(), "ext.hcl")
-	if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	specFile := writeHASpec(t, "ext", nodeDir)
 	if out, errOut, code := runFleetd(t, bin, addrs, token, "apply", "-auto-approve", specFile); code != 0 {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, out, errOut)
 	}
