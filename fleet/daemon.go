@@ -183,7 +183,14 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.verifyScopedToken
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.rz().Handler(rendezvous.AuthorizerFunc(d.authorizeNode)).ServeHTTP(w, r)
+		svc := d.rz()
+		if svc == nil {
+			// Between terms: this server just stopped leading.
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "this server does not lead now; retry", http.StatusServiceUnavailable)
+			return
+		}
+		svc.Handler(rendezvous.AuthorizerFunc(d.authorizeNode)).ServeHTTP(w, r)
 	}))
 	d.mountAgentAPI(d.api.Extra)
 	// Observability: the event stream and /metrics need a read token (or

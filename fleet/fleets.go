@@ -362,6 +362,11 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 // writes (the rendezvous saves under its fleet lock), so taking them inside
 // a transaction can deadlock the daemon.
 func (d *Daemon) withLive(s api.FleetSummary) api.FleetSummary {
+	if d.cl != nil && !d.cl.isLeader() {
+		// A follower answering from etcd (no leader reachable): its
+		// in-memory views are not current, so only stored state is shown.
+		return s
+	}
 	if d.rz() != nil {
 		if st, err := d.rz().Status(s.Name); err == nil {
 			s.Rendezvous = &api.RendezvousInfo{Round: st.Round, State: string(st.State), Nodes: st.Nodes, WorldSize: st.WorldSize}
@@ -386,8 +391,13 @@ func (d *Daemon) Status(ctx context.Context) (api.Status, error) {
 	}
 	st.LastEventSeq = stats.LastEventSeq
 	if d.cl != nil {
-		// Status is served by the leader (followers forward it).
-		st.Server, st.Leader = d.cl.cfg.Name, d.cl.cfg.Name
+		// Status is served by the leader (followers forward it), or by a
+		// follower from etcd while no leader is reachable: then it names
+		// no leader.
+		st.Server = d.cl.cfg.Name
+		if d.cl.isLeader() {
+			st.Leader = d.cl.cfg.Name
+		}
 		if r, ok := ctx.Value(forwardedByKey{}).(string); ok && r != "" {
 			st.Server = r
 		}

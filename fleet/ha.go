@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,7 +147,7 @@ func (d *Daemon) lead(ctx context.Context, self cluster.Server) {
 		// would run its timers on members it never hears from and try to
 		// save rounds its fence refuses. Closing may wait for a save in
 		// flight, so it does not hold up the campaign.
-		if svc := d.rz(); svc != nil {
+		if svc := d.rdzv.Swap(nil); svc != nil {
 			go svc.Close()
 		}
 		term, err := c.elector.Campaign(ctx)
@@ -281,6 +282,26 @@ func (d *Daemon) clusterInfo(w http.ResponseWriter, r *http.Request) {
 // server leads.
 var localPaths = map[string]bool{"/healthz": true, "/v1/cluster": true}
 
+// followerReadHeader marks an answer a follower gave from etcd itself
+// because no leader could be reached.
+const followerReadHeader = "Fleetd-Follower-Read"
+
+// followerReadable reports whether a follower may answer r from the shared
+// state when no leader can be reached: the read-only views of fleets and
+// events. Everything else (writes, agent and rendezvous calls, offerings,
+// which would start provider plugins) waits for a leader.
+func followerReadable(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	p := r.URL.Path
+	if p == "/v1/status" || p == "/v1/fleets" || p == "/v1/events" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/v1/fleets/")
+	return ok && rest != "" && !strings.Contains(rest, "/")
+}
+
 // clusterHandler serves h on the leader; a follower forwards every other
 // request to the leader (API writes, agent and rendezvous calls, and
 // reads, so every answer comes from the one server whose in-memory state —
@@ -298,7 +319,20 @@ func (d *Daemon) clusterHandler(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		// With no leader to ask, status, fleets and events are still
+		// answered from etcd, marked as such: an operator can see the
+		// fleets during an election or while the leader is unreachable.
+		// Live details (rendezvous rounds, alerts) are left out; they live
+		// in the leader's memory.
+		local := func(why string) {
+			w.Header().Set(followerReadHeader, "no leader reachable ("+why+"): answered by follower "+d.cl.cfg.Name+" from etcd, without live rendezvous details")
+			h.ServeHTTP(w, r)
+		}
 		leader, err := d.cl.currentLeader(r.Context())
+		if err != nil && followerReadable(r) && errors.Is(err, cluster.ErrNoLeader) {
+			local("an election is under way")
+			return
+		}
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
 			code := http.StatusServiceUnavailable
@@ -320,6 +354,11 @@ func (d *Daemon) clusterHandler(h http.Handler) http.Handler {
 			// Long-polls and event streams pass through as they come.
 			rp.FlushInterval = -1
 			rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+				if followerReadable(r) && r.Context().Err() == nil {
+					w.Header().Set(followerReadHeader, "leader "+leader.Name+" unreachable ("+err.Error()+"): answered by follower "+d.cl.cfg.Name+" from etcd, without live rendezvous details")
+					h.ServeHTTP(w, r)
+					return
+				}
 				w.Header().Set("Retry-After", "1")
 				http.Error(w, "forwarding to the leader "+leader.Name+" failed: "+err.Error(), http.StatusBadGateway)
 			}
