@@ -22,6 +22,19 @@ import (
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
+// otherArch is the architecture this test binary, serving its own as a
+// daemon does, has no agent for, an EC2 type of it and one of its own.
+func otherArch(t *testing.T) (other, otherType, hostType string) {
+	t.Helper()
+	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+		t.Skip("the daemon's own executable serves its platform only on linux/amd64 and linux/arm64")
+	}
+	if runtime.GOARCH == "arm64" {
+		return "amd64", "g4dn.xlarge", "g5g.xlarge"
+	}
+	return "arm64", "g5g.xlarge", "g4dn.xlarge"
+}
+
 // TestAgentBinaryPerArch: a fleet whose only instance type is of an
 // architecture the daemon has no agent for is refused at plan and apply,
 // with the architecture, where the daemon looked and the fix; a fleet
@@ -29,15 +42,9 @@ import (
 // market view; once the binary is in agent_dir the fleet plans, its
 // nodes' user-data pins that binary, and the daemon serves it.
 func TestAgentBinaryPerArch(t *testing.T) {
-	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
-		t.Skip("the daemon's own executable serves its platform only on linux/amd64 and linux/arm64")
-	}
 	// The daemon (this test binary) serves its own architecture; the
 	// fleet asks for the other one.
-	other, otherType, hostType := "arm64", "g5g.xlarge", "g4dn.xlarge"
-	if runtime.GOARCH == "arm64" {
-		other, otherType, hostType = "amd64", "g4dn.xlarge", "g5g.xlarge"
-	}
+	other, otherType, hostType := otherArch(t)
 	awsTestEnv(t)
 	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
 	ec2srv := httptest.NewServer(ec2)
@@ -154,5 +161,97 @@ fleet "t4" {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "no agent binary for linux/riscv64") {
 		t.Errorf("GET ?arch=riscv64: %d %s, want 404 naming it", resp.StatusCode, body)
+	}
+}
+
+// TestCheckAgentBinaryRows: `fleetd check` (POST /v1/check) has an "agent
+// binary" row per architecture of the offerings that fit the fleet: ok
+// when the daemon has the binary (naming it), failed when no offering of
+// the block can be served, unavailable when others can; the quick
+// preflight apply runs has none.
+func TestCheckAgentBinaryRows(t *testing.T) {
+	other, otherType, hostType := otherArch(t)
+	awsTestEnv(t)
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
+	ec2srv := httptest.NewServer(ec2)
+	defer ec2srv.Close()
+	req := func(types string, quick bool) api.CheckRequest {
+		return api.CheckRequest{Quick: quick, ApplyRequest: api.ApplyRequest{Filename: "t4.hcl", Source: fmt.Sprintf(`
+fleet "t4" {
+  min_nodes = 1
+  max_nodes = 1
+  node { gpus = 1 }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = [%s]
+    image          = "ami-0123456789abcdef0"
+    endpoint       = %q
+  }
+  training { command = ["python3", "train.py"] }
+}`, types, ec2srv.URL)}}
+	}
+	agentDir := t.TempDir()
+	start := func() *testDaemon {
+		return launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil,
+			Options{Config: Config{AgentDir: agentDir}})
+	}
+	rows := func(td *testDaemon, r api.CheckRequest) map[string]providers.CheckResult {
+		t.Helper()
+		var rep api.CheckReport
+		if err := td.client.Do(context.Background(), http.MethodPost, "/v1/check", nil, r, &rep); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]providers.CheckResult{}
+		for _, pc := range rep.Providers {
+			for _, r := range pc.Results {
+				if r.Check == "agent binary" {
+					out[r.Scope] = r
+				}
+			}
+		}
+		return out
+	}
+	only, mixed := fmt.Sprintf("%q", otherType), fmt.Sprintf("%q, %q", otherType, hostType)
+	td := start()
+	type want struct {
+		status      providers.CheckStatus
+		detail, fix string
+	}
+	steps := []struct {
+		name  string
+		req   api.CheckRequest
+		rows  map[string]want
+		setup func()
+	}{
+		{name: "only the missing architecture", req: req(only, false), rows: map[string]want{
+			"linux/" + other: {providers.CheckFailed, "no fleetd-linux-" + other + " in " + agentDir + ", and " + otherType + " need it", "make release"}}},
+		{name: "both", req: req(mixed, false), rows: map[string]want{
+			"linux/" + runtime.GOARCH: {providers.CheckOK, "the daemon's own executable, for " + hostType, ""},
+			"linux/" + other:          {providers.CheckUnavailable, "offerings of " + otherType + " are left out of placement", "fleetd-linux-" + other}}},
+		{name: "quick", req: req(only, true), rows: map[string]want{}},
+		{name: "binary added", req: req(mixed, false), setup: func() {
+			td.stop()
+			if err := os.WriteFile(filepath.Join(agentDir, bootstrap.AgentFileName(other)), bootstrap.StubELF(other), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			td = start()
+		}, rows: map[string]want{
+			"linux/" + runtime.GOARCH: {providers.CheckOK, hostType, ""},
+			"linux/" + other:          {providers.CheckOK, filepath.Join(agentDir, bootstrap.AgentFileName(other)) + ", for " + otherType, ""}}},
+	}
+	for _, st := range steps {
+		if st.setup != nil {
+			st.setup()
+		}
+		got := rows(td, st.req)
+		if len(got) != len(st.rows) {
+			t.Errorf("%s: agent rows %+v, want %d", st.name, got, len(st.rows))
+		}
+		for scope, w := range st.rows {
+			r, ok := got[scope]
+			if !ok || r.Status != w.status || !strings.Contains(r.Detail, w.detail) || !strings.Contains(r.Fix, w.fix) {
+				t.Errorf("%s: %s row %+v; want %s with %q, fix with %q", st.name, scope, r, w.status, w.detail, w.fix)
+			}
+		}
 	}
 }

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/providers"
 )
@@ -83,7 +87,78 @@ func (d *Daemon) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Prov
 	default:
 		pc.Results = rs
 	}
+	if !quick && err == nil {
+		pc.Results = append(pc.Results, d.agentBinaryRows(cctx, fl, pb, p)...)
+	}
 	return pc
+}
+
+// agentBinaryRows are the `fleetd check` rows of the agent binaries a
+// provider block's nodes need: one per architecture of the block's
+// offerings that fit the fleet's node, ok when the daemon has the binary
+// (placement.Exclusion decides the fit, as placement does). A missing
+// architecture fails when none of the block's offerings can be served (plan
+// and apply refuse such a fleet), and is unavailable when others can
+// (placement leaves its offerings out). Providers whose nodes do not
+// download the agent (local, sim) get no row. The apply's quick preflight
+// skips these rows: checkAgentBinaries refuses there.
+func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Provider, p providers.Provider) []providers.CheckResult {
+	if !downloadsAgent(pb.Name) {
+		return nil
+	}
+	offs, err := p.Offerings(ctx, providers.Config{Fleet: fl.Name, Raw: pb.Config})
+	if err != nil {
+		return []providers.CheckResult{{Check: "agent binary", Status: providers.CheckUnavailable,
+			Detail: "not checked: the offerings could not be listed, so the architectures needed are unknown: " + err.Error(),
+			Fix:    "fix the rows above, then check again"}}
+	}
+	types := map[string][]string{} // arch → instance types that fit
+	for _, o := range offs {
+		if placement.Exclusion(fl, o) != "" {
+			continue
+		}
+		arch := bootstrap.NormalizeArch(o.Arch)
+		if !slices.Contains(types[arch], o.InstanceType) {
+			types[arch] = append(types[arch], o.InstanceType)
+		}
+	}
+	arches := make([]string, 0, len(types))
+	servable := false
+	for arch := range types {
+		arches = append(arches, arch)
+		if _, ok := d.agents.Lookup(arch); ok {
+			servable = true
+		}
+	}
+	sort.Strings(arches)
+	looked := strings.Join(d.agents.Dirs, ", ")
+	if looked == "" {
+		looked = "no agent directory"
+	}
+	var out []providers.CheckResult
+	for _, arch := range arches {
+		sort.Strings(types[arch])
+		r := providers.CheckResult{Check: "agent binary", Scope: "linux/" + arch}
+		b, ok := d.agents.Lookup(arch)
+		switch {
+		case ok:
+			where := b.Path
+			if b.Self {
+				where = "the daemon's own executable"
+			}
+			r.Status, r.Detail = providers.CheckOK, fmt.Sprintf("%s, for %s", where, strings.Join(types[arch], ", "))
+		case servable:
+			r.Status = providers.CheckUnavailable
+			r.Detail = fmt.Sprintf("no %s in %s: offerings of %s are left out of placement", bootstrap.AgentFileName(arch), looked, strings.Join(types[arch], ", "))
+			r.Fix = bootstrap.AgentFix(arch, d.agents.Dirs)
+		default:
+			r.Status = providers.CheckFailed
+			r.Detail = fmt.Sprintf("no %s in %s, and %s need it: plan and apply refuse this fleet", bootstrap.AgentFileName(arch), looked, strings.Join(types[arch], ", "))
+			r.Fix = bootstrap.AgentFix(arch, d.agents.Dirs)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // preflightApply runs the quick preflight for the fleets an apply creates

@@ -322,6 +322,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 				offs = o
 				rt.offerings[name], rt.offeringsAt[name] = o, now
 				d.noteOfferings(o)
+				d.notePrices(f.Name, name, fl, o)
 			}
 		}
 		// Offerings whose architecture has no agent binary are not

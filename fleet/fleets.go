@@ -377,6 +377,7 @@ func (d *Daemon) withLive(s api.FleetSummary) api.FleetSummary {
 	}
 	s.Interruptions, _ = d.tally.interruptions(s.Name)
 	s.AlertCount = len(d.alerts(s.Name))
+	d.currentPrices(&s)
 	return s
 }
 

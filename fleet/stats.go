@@ -32,6 +32,9 @@ type recoveryStats struct {
 	// onDemand is the on-demand $/h by offering location (see odKey), learnt
 	// from the providers' offerings, for savings against on-demand.
 	onDemand map[string]float64
+	// prices: fleet → provider → the sources and age of the prices
+	// placement uses (see notePrices).
+	prices map[string]map[string]priceInfo
 }
 
 // Recovery is one measured recovery.

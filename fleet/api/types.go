@@ -225,9 +225,11 @@ type FleetSummary struct {
 	// OnDemandCostPerHour is what the live nodes would cost per hour on
 	// demand (same rule for unknown prices).
 	OnDemandCostPerHour float64 `json:"on_demand_cost_per_hour"`
-	// PricesAsOf is the oldest price date (Offering.PriceAsOf) of the live
-	// nodes' offerings and PriceSources their distinct price sources: how
-	// old the prices behind CostPerHour are. Absent when unknown.
+	// PricesAsOf is the oldest price date (Offering.PriceAsOf) of the
+	// offerings placement currently uses for the fleet (those of its last
+	// market view that fit its node) and PriceSources their distinct price
+	// sources; before the daemon has listed offerings for the fleet, those
+	// of the live nodes' offerings at launch. Absent when unknown.
 	PricesAsOf   time.Time `json:"prices_as_of,omitzero"`
 	PriceSources []string  `json:"price_sources,omitempty"`
 	// Interruptions counts terminal interruption notices (not rebalance

@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/pricing"
 	"github.com/aws/aws-sdk-go-v2/service/servicequotas"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -71,8 +73,46 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 	if !opts.Quick {
 		out = append(out, p.checkTypesOffered(ctx, b)...)
 		out = append(out, checkQueues(ctx, cfg, b)...)
+		if r, ok := p.checkPricing(ctx, b); ok {
+			add(r)
+		}
 	}
 	return out, nil
+}
+
+// checkPricing asks the Price List API for one product the way Offerings
+// does. On-demand prices work without it (from the bundled table), so a
+// denial or no answer is unavailable, with the table's date. A block
+// that never asks the API (a plain-http endpoint and no pricing_endpoint)
+// gets no row.
+func (p *Provider) checkPricing(ctx context.Context, b block) (providers.CheckResult, bool) {
+	if b.PricingEndpoint == "" && strings.HasPrefix(b.Endpoint, "http://") {
+		return providers.CheckResult{}, false
+	}
+	bundled := "on-demand prices come from the bundled table dated " + BundledPricesAsOf.Format("2006-01-02")
+	client, err := p.pricingClient(ctx, b)
+	if err == nil {
+		_, err = client.GetProducts(ctx, &pricing.GetProductsInput{
+			ServiceCode: awssdk.String("AmazonEC2"), FormatVersion: awssdk.String("aws_v1"), MaxResults: awssdk.Int32(1),
+			Filters: productFilters(b.Regions[0], b.InstanceTypes[0]),
+		}, func(o *pricing.Options) { o.RetryMaxAttempts = 1 })
+	}
+	switch {
+	case err == nil:
+		return ok1("pricing:GetProducts", "", fmt.Sprintf("allowed: on-demand prices come from the AWS Price List API (cached %s)", p.opts.OnDemandPriceTTL)), true
+	case isDenied(err):
+		return providers.CheckResult{Check: "pricing:GetProducts", Status: providers.CheckUnavailable,
+			Detail: fmt.Sprintf("denied (%s): %s", errCode(err), bundled),
+			Fix:    "optional: allow pricing:GetProducts (" + iamDoc + "); placement works with the bundled prices"}, true
+	}
+	why := firstLine(apiErrorText(err))
+	var re *awshttp.ResponseError
+	if errCode(err) == "" && errors.As(err, &re) {
+		why = fmt.Sprintf("HTTP %d from the endpoint", re.HTTPStatusCode())
+	}
+	return providers.CheckResult{Check: "pricing:GetProducts", Status: providers.CheckUnavailable,
+		Detail: fmt.Sprintf("the AWS Price List API did not answer (%s): %s", why, bundled),
+		Fix:    "optional: check network access to the Price List API in " + pricingRegion + " (or pricing_endpoint); placement works with the bundled prices"}, true
 }
 
 func ok1(check, scope, detail string) providers.CheckResult {

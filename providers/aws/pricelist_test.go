@@ -186,3 +186,64 @@ func TestOnDemandPriceLocalEndpoint(t *testing.T) {
 		t.Errorf("on-demand %+v, want the bundled price", o)
 	}
 }
+
+// TestCheckPricing: the preflight's pricing:GetProducts row is ok when the
+// Price List API answers, and unavailable (on-demand prices then come from
+// the dated bundled table) when it is denied or does not answer; a block
+// that never asks the API, and the quick check, get no row.
+func TestCheckPricing(t *testing.T) {
+	cases := []struct {
+		name        string
+		quick       bool
+		setup       func(fp *fakepricing.Server, purl string) (pricingEndpoint string)
+		status      providers.CheckStatus // "" = no row
+		detail, fix string
+	}{
+		{name: "allowed", status: providers.CheckOK, detail: "allowed: on-demand prices come from the AWS Price List API (cached 24h0m0s)"},
+		{name: "denied", status: providers.CheckUnavailable, detail: "denied (AccessDeniedException): on-demand prices come from the bundled table dated 2024-06-01",
+			fix: "allow pricing:GetProducts", setup: func(fp *fakepricing.Server, purl string) string {
+				fp.Fail(1, 400, "AccessDeniedException", "User is not authorized to perform: pricing:GetProducts")
+				return purl
+			}},
+		{name: "no answer", status: providers.CheckUnavailable, detail: "did not answer", fix: "check network access",
+			setup: func(_ *fakepricing.Server, purl string) string {
+				ts := httptest.NewServer(nil)
+				ts.Close()
+				return ts.URL
+			}},
+		{name: "local endpoint, no pricing_endpoint", setup: func(*fakepricing.Server, string) string { return "" }},
+		{name: "quick", quick: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := newFake(t)
+			fp, purl := newPricing(t)
+			if tc.setup != nil {
+				purl = tc.setup(fp, purl)
+			}
+			b := baseBlock(url)
+			if purl != "" {
+				b = with(b, "pricing_endpoint", purl)
+			}
+			rs, err := aws.New(testOptions()).Check(ctxT(t), config(t, "f", b), providers.CheckOptions{Quick: tc.quick})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var row *providers.CheckResult
+			for i := range rs {
+				if rs[i].Check == "pricing:GetProducts" {
+					row = &rs[i]
+				}
+			}
+			switch {
+			case tc.status == "" && row != nil:
+				t.Errorf("unexpected row %+v", *row)
+			case tc.status == "":
+			case row == nil:
+				t.Errorf("no pricing:GetProducts row in\n%s", dumpRows(rs))
+			case row.Status != tc.status || !strings.Contains(row.Detail, tc.detail) || !strings.Contains(row.Fix, tc.fix):
+				t.Errorf("row %s %q fix %q; want %s with %q, fix with %q", row.Status, row.Detail, row.Fix, tc.status, tc.detail, tc.fix)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers"
+	"github.com/googleapis/gax-go/v2/apierror"
 	"golang.org/x/oauth2/google"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
@@ -42,7 +43,8 @@ var _ providers.Checker = (*Provider)(nil)
 // regional quotas against opts.TargetNodes, and the IAM permissions
 // fleetd's calls need. Every failed call becomes a row; only an invalid
 // block is an error. Rows come in a fixed order: credentials, project,
-// image, then per zone, quotas (global, then per region) and permissions.
+// image, then per zone, quotas (global, then per region), permissions and
+// prices.
 func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts providers.CheckOptions) ([]providers.CheckResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -104,6 +106,7 @@ func (k *checker) run(ctx context.Context) {
 	}
 	k.quotaRows(ctx, facts)
 	k.permissionRows(ctx)
+	k.pricesRow(ctx)
 }
 
 // --- credentials ---------------------------------------------------------
@@ -1190,4 +1193,70 @@ func parseAPIError(code int, body []byte) *apiError {
 		}
 	}
 	return out
+}
+
+// --- prices ------------------------------------------------------------------
+
+// BillingEndpoint is the public Cloud Billing API endpoint.
+const BillingEndpoint = "https://cloudbilling.googleapis.com/"
+
+// pricesRow asks the Cloud Billing Catalog for one SKU, with the
+// credentials Offerings reads prices with. The catalog needs no IAM role,
+// only the Cloud Billing API enabled in the project the credentials bill
+// API calls to (or an API key); without it fleetd prices from the bundled
+// table, so a failure is unavailable, not failed. A block that never reads
+// the catalog (a plain-http endpoint and no billing_endpoint) gets no row.
+func (k *checker) pricesRow(ctx context.Context) {
+	if !k.c.asksCatalog() {
+		return
+	}
+	bundled := fmt.Sprintf("prices come from the bundled table dated %s", PriceTableDate)
+	r := providers.CheckResult{Check: "prices", Status: providers.CheckUnavailable}
+	svc, err := k.p.billingService(ctx, k.c)
+	if err == nil {
+		_, err = svc.Services.Skus.List(ComputeEngineService).PageSize(1).Fields("nextPageToken", "skus(skuId)").Context(ctx).Do()
+	}
+	endpoint := k.c.billingEndpoint()
+	if endpoint == "" {
+		endpoint = BillingEndpoint
+	}
+	var ae *apierror.APIError
+	var nc *noCredentialsError
+	switch {
+	case err == nil:
+		r.Status = providers.CheckOK
+		r.Detail = fmt.Sprintf("the Cloud Billing Catalog is readable: on-demand and Spot prices come from it (read every %s)", k.p.opts.PriceTTL)
+		k.add(r)
+		return
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		r.Detail, r.Fix = "not checked: "+err.Error(), "run the check again with more time"
+	case errors.As(err, &nc):
+		r.Detail, r.Fix = "no credentials for the Cloud Billing Catalog ("+err.Error()+"); "+bundled, credentialsFix+", or set FLEETD_GCP_BILLING_API_KEY for the daemon"
+	case errors.As(err, &ae) && ae.HTTPCode() > 0:
+		r.Detail = fmt.Sprintf("the Cloud Billing Catalog answered %d %s: %s; %s", ae.HTTPCode(), ae.Reason(), ae.Message(), bundled)
+		r.Detail = strings.Replace(r.Detail, " : ", ": ", 1)
+		r.Fix = k.billingFix(ae)
+	default:
+		r.Detail = "no answer from the Cloud Billing Catalog: " + err.Error() + "; " + bundled
+		r.Fix = "check network access to " + endpoint + " and retry"
+	}
+	k.add(r)
+}
+
+// billingFix tells how to let fleetd read the catalog after an error.
+func (k *checker) billingFix(ae *apierror.APIError) string {
+	project := k.c.Project
+	if c, ok := strings.CutPrefix(ae.Metadata()["consumer"], "projects/"); ok && c != "" {
+		project = c
+	}
+	enable := "gcloud services enable cloudbilling.googleapis.com --project " + project
+	switch {
+	case ae.Reason() == "SERVICE_DISABLED":
+		return "optional: " + enable + " (the catalog needs no IAM role); placement works with the bundled prices"
+	case ae.Reason() == "API_KEY_INVALID":
+		return "optional: fix or unset FLEETD_GCP_BILLING_API_KEY; placement works with the bundled prices"
+	case ae.HTTPCode() == http.StatusTooManyRequests || ae.HTTPCode() >= 500:
+		return "retry later; placement uses the last prices read, else the bundled ones"
+	}
+	return "optional: the catalog needs the Cloud Billing API enabled in the credentials' project (" + enable + ") or an API key in FLEETD_GCP_BILLING_API_KEY; placement works with the bundled prices"
 }

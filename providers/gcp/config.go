@@ -42,6 +42,9 @@ type config struct {
 
 	// ResourceManagerEndpoint is where `fleetd check` tests permissions.
 	ResourceManagerEndpoint string `json:"resource_manager_endpoint"`
+	// BillingEndpoint is where prices are read (the Cloud Billing
+	// Catalog API); "" is the public endpoint.
+	BillingEndpoint string `json:"billing_endpoint"`
 }
 
 // accelerator is the GPU attached to N1 machine types.
@@ -111,7 +114,7 @@ func decodeConfig(cfg providers.Config) (*config, error) {
 	if c.DiskType != "" && !typeRE.MatchString(c.DiskType) {
 		bad("disk_type: %q is not a disk type name like \"pd-balanced\"", c.DiskType)
 	}
-	for _, e := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"resource_manager_endpoint", c.ResourceManagerEndpoint}} {
+	for _, e := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"resource_manager_endpoint", c.ResourceManagerEndpoint}, {"billing_endpoint", c.BillingEndpoint}} {
 		if e.url == "" {
 			continue
 		}

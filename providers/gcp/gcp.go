@@ -34,6 +34,24 @@ type Options struct {
 	PollInterval time.Duration
 	// PageSize is maxResults of list calls. Default DefaultPageSize.
 	PageSize int
+
+	// BillingAPIKey, when set, is the API key the Cloud Billing Catalog
+	// (prices) is read with, sent as the `key` parameter, instead of the
+	// credentials of the Compute Engine clients. The built-in provider
+	// takes it from FLEETD_GCP_BILLING_API_KEY.
+	BillingAPIKey string
+	// BillingClientOptions are added to the Cloud Billing client only; when
+	// given they carry its credentials.
+	BillingClientOptions []option.ClientOption
+	// PriceTTL is how long a catalog read is reused. Default
+	// DefaultPriceTTL.
+	PriceTTL time.Duration
+	// PriceRetry is how long after a failed catalog read the provider waits
+	// before asking again, pricing from the last read or the bundled table
+	// meanwhile. Default DefaultPriceRetry.
+	PriceRetry time.Duration
+	// Now is the clock prices are dated by. Default time.Now.
+	Now func() time.Time
 }
 
 // Provider is the GCE provider. It keeps no per-fleet state: every call
@@ -43,6 +61,7 @@ type Provider struct {
 
 	mu      sync.Mutex
 	clients map[string]*clients
+	billing *billingState
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -55,7 +74,16 @@ func New(opts Options) *Provider {
 	if opts.PageSize <= 0 {
 		opts.PageSize = DefaultPageSize
 	}
-	return &Provider{opts: opts, clients: map[string]*clients{}}
+	if opts.PriceTTL <= 0 {
+		opts.PriceTTL = DefaultPriceTTL
+	}
+	if opts.PriceRetry <= 0 {
+		opts.PriceRetry = DefaultPriceRetry
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Provider{opts: opts, clients: map[string]*clients{}, billing: newBillingState()}
 }
 
 type clients struct {

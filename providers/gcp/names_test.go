@@ -2,6 +2,8 @@ package gcp
 
 import (
 	"encoding/csv"
+	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -161,15 +163,25 @@ func TestPriceTable(t *testing.T) {
 	if _, err := loadPrices(); err != nil {
 		t.Fatal(err)
 	}
-	c := &config{}
+	both := func(kind, name, region string) (od, sp float64, err error) {
+		o, ok1, err1 := bundledQuote(kind, name, region, false, "")
+		s, ok2, err2 := bundledQuote(kind, name, region, true, "")
+		if err := errors.Join(err1, err2); err != nil || !ok1 || !ok2 {
+			return 0, 0, fmt.Errorf("no bundled price (%v)", err)
+		}
+		if o.source != SourceBundled || !o.asOf.Equal(BundledPricesAsOf) || BundledPricesAsOf.Format("2006-01-02") != PriceTableDate {
+			return 0, 0, fmt.Errorf("source %q as of %v, want %q as of %s", o.source, o.asOf, SourceBundled, PriceTableDate)
+		}
+		return o.usd, s.usd, nil
+	}
 	for _, name := range []string{"a2-highgpu-1g", "a2-highgpu-8g", "a3-highgpu-8g", "g2-standard-4", "g2-standard-96", "n1-standard-8"} {
-		od, sp, err := lookupPrice(c, "machine", name, "us-central1")
+		od, sp, err := both("machine", name, "us-central1")
 		if err != nil || !(sp > 0) || !(od > sp) {
 			t.Errorf("%s in us-central1: on-demand %v spot %v (%v)", name, od, sp, err)
 		}
 	}
 	for _, name := range []string{"nvidia-tesla-t4", "nvidia-tesla-v100"} {
-		if od, sp, err := lookupPrice(c, "accelerator", name, "asia-east1"); err != nil || !(od > sp) || !(sp > 0) {
+		if od, sp, err := both("accelerator", name, "asia-east1"); err != nil || !(od > sp) || !(sp > 0) {
 			t.Errorf("%s: on-demand %v spot %v (%v)", name, od, sp, err)
 		}
 	}
@@ -179,8 +191,8 @@ func TestPriceTable(t *testing.T) {
 		}
 	}
 	// A region missing from the table falls back to us-central1.
-	od1, _, _ := lookupPrice(c, "machine", "a3-highgpu-8g", "us-central1")
-	od2, _, err := lookupPrice(c, "machine", "a3-highgpu-8g", "moon-base1")
+	od1, _, _ := both("machine", "a3-highgpu-8g", "us-central1")
+	od2, _, err := both("machine", "a3-highgpu-8g", "moon-base1")
 	if err != nil || od1 != od2 {
 		t.Errorf("fallback: %v vs %v (%v)", od2, od1, err)
 	}

@@ -18,8 +18,15 @@ import (
 // type the zone has, as a spot and an on-demand offering. GPUs come from
 // the machine type's built-in accelerators (A2, A3, G2) or, for N1 types,
 // from the block's accelerators when the zone has that accelerator type.
+// Prices come from the block's prices override, the Cloud Billing Catalog
+// (billing.go) or the bundled table, in that order, each offering naming
+// its source and date.
 func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
 	c, cl, err := p.setup(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	prices, err := p.catalog(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +51,7 @@ func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]provi
 				continue
 			}
 			found[name] = true
-			offs, err := offeringsFor(c, zone, mt, maxCards)
+			offs, err := offeringsFor(c, prices, zone, mt, maxCards)
 			if err != nil {
 				return nil, err
 			}
@@ -66,12 +73,8 @@ func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]provi
 // offeringsFor builds the spot and on-demand offerings of one machine type
 // in one zone; maxCards is the zone's limit for the block's accelerator
 // type (0: the zone does not have it).
-func offeringsFor(c *config, zone string, mt *computepb.MachineType, maxCards int) ([]providers.Offering, error) {
+func offeringsFor(c *config, prices catalogView, zone string, mt *computepb.MachineType, maxCards int) ([]providers.Offering, error) {
 	region := regionOf(zone)
-	od, sp, err := lookupPrice(c, "machine", mt.GetName(), region)
-	if err != nil {
-		return nil, providers.InvalidConfig(fmt.Errorf("gcp: %w", err))
-	}
 	base := providers.Offering{
 		Provider: Name, Region: region, Zone: zone, InstanceType: mt.GetName(),
 		VCPUs: int(mt.GetGuestCpus()), MemoryGiB: float64(mt.GetMemoryMb()) / 1024, Available: -1,
@@ -81,25 +84,35 @@ func offeringsFor(c *config, zone string, mt *computepb.MachineType, maxCards in
 		base.GPUs += int(a.GetGuestAcceleratorCount())
 		base.GPUType = GPUModel(a.GetGuestAcceleratorType())
 	}
-	if base.GPUs == 0 && c.accel != nil && attachable(mt.GetName()) {
+	attach := base.GPUs == 0 && c.accel != nil && attachable(mt.GetName())
+	if attach {
 		if maxCards == 0 {
 			return nil, nil // this zone does not have the accelerator
 		}
 		if c.accel.Count > maxCards {
 			return nil, providers.Errorf(providers.KindInvalidConfig, "gcp: accelerators: %d × %s exceeds the %d per instance %s allows", c.accel.Count, c.accel.Type, maxCards, zone)
 		}
-		god, gsp, err := lookupPrice(c, "accelerator", c.accel.Type, region)
+		base.GPUs, base.GPUType = c.accel.Count, GPUModel(c.accel.Type)
+	}
+	out := make([]providers.Offering, 0, 2)
+	for _, ct := range []providers.CapacityType{providers.Spot, providers.OnDemand} {
+		spot := ct == providers.Spot
+		q, err := partQuote(c, prices, mt, "", region, spot)
 		if err != nil {
 			return nil, providers.InvalidConfig(fmt.Errorf("gcp: %w", err))
 		}
-		n := float64(c.accel.Count)
-		od, sp = od+n*god, sp+n*gsp
-		base.GPUs, base.GPUType = c.accel.Count, GPUModel(c.accel.Type)
+		if attach {
+			g, err := partQuote(c, prices, nil, c.accel.Type, region, spot)
+			if err != nil {
+				return nil, providers.InvalidConfig(fmt.Errorf("gcp: %w", err))
+			}
+			q = q.plus(g, float64(c.accel.Count))
+		}
+		o := base
+		o.CapacityType, o.PricePerHour, o.PriceSource, o.PriceAsOf = ct, q.usd, q.source, q.asOf
+		out = append(out, o)
 	}
-	spot, onDemand := base, base
-	spot.CapacityType, spot.PricePerHour = providers.Spot, sp
-	onDemand.CapacityType, onDemand.PricePerHour = providers.OnDemand, od
-	return []providers.Offering{spot, onDemand}, nil
+	return out, nil
 }
 
 // machineArch is the CPU architecture of a machine type as Go names it:

@@ -7,11 +7,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
 )
 
 // PriceTableDate is when the bundled prices were published (see prices.csv
-// for the sources). Spot prices move; blocks override them with `prices`.
+// for the sources). They are used when the Cloud Billing Catalog cannot be
+// read or lacks a type; blocks override them with `prices`.
 const PriceTableDate = "2026-07-30"
+
+// BundledPricesAsOf is PriceTableDate as a time: the price_as_of of
+// offerings priced from the bundled table.
+var BundledPricesAsOf = time.Date(2026, 7, 30, 0, 0, 0, 0, time.UTC)
 
 //go:embed prices.csv
 var pricesCSV string
@@ -57,41 +65,111 @@ func loadPrices() (map[string]priceRow, error) {
 	return priceTable, priceErr
 }
 
-// lookupPrice returns the on-demand and spot price per hour of one machine
-// type (kind "machine") or one GPU (kind "accelerator") in region. A
-// block's override for "name/region" or "name" wins over the table; the
-// table falls back from the region to all regions ("*") to us-central1.
-func lookupPrice(c *config, kind, name, region string) (onDemand, spot float64, err error) {
+// quote is one price and where it comes from.
+type quote struct {
+	usd    float64
+	source string
+	asOf   time.Time
+}
+
+// bundledQuote is the bundled table's price of one machine type (kind
+// "machine") or one GPU (kind "accelerator") in region: the region's row,
+// else the all-regions row ("*"), else us-central1's. note, when set, says
+// why the catalog was not used.
+func bundledQuote(kind, name, region string, spot bool, note string) (quote, bool, error) {
 	table, err := loadPrices()
 	if err != nil {
-		return 0, 0, err
-	}
-	var od, sp *float64
-	for _, key := range []string{name + "/" + region, name} {
-		if p, ok := c.prices[key]; ok {
-			if od == nil {
-				od = p.OnDemand
-			}
-			if sp == nil {
-				sp = p.Spot
-			}
-		}
+		return quote{}, false, err
 	}
 	for _, r := range []string{region, "*", fallbackRegion} {
 		row, ok := table[kind+"/"+name+"/"+r]
 		if !ok {
 			continue
 		}
-		if od == nil {
-			od = &row.onDemand
+		q := quote{usd: row.onDemand, source: SourceBundled, asOf: BundledPricesAsOf}
+		if spot {
+			q.usd = row.spot
 		}
-		if sp == nil {
-			sp = &row.spot
+		if note != "" {
+			q.source += " (" + note + ")"
 		}
-		break
+		return q, true, nil
 	}
-	if od == nil || sp == nil {
-		return 0, 0, fmt.Errorf("no price known for %s %q in %s: add it to the block's prices, e.g. prices = { %q = { spot = 1.0, on_demand = 3.0 } }", kind, name, region, name)
+	return quote{}, false, nil
+}
+
+// override is the block's price for one part ("name/region" wins over
+// "name"), if it sets one for this capacity type.
+func (c *config) override(name, region string, spot bool) (quote, bool) {
+	for _, key := range []string{name + "/" + region, name} {
+		p, ok := c.prices[key]
+		if !ok {
+			continue
+		}
+		v := p.OnDemand
+		if spot {
+			v = p.Spot
+		}
+		if v != nil {
+			return quote{usd: *v, source: SourceOverride}, true
+		}
 	}
-	return *od, *sp, nil
+	return quote{}, false
+}
+
+// partQuote prices one part of an offering, the machine type with its
+// built-in GPUs (mt set) or one attached GPU (accel set), first found of:
+// the block's prices override, the Cloud Billing Catalog, the bundled
+// table. No price at all is an error naming the fix.
+func partQuote(c *config, v catalogView, mt *computepb.MachineType, accel, region string, spot bool) (quote, error) {
+	kind, name := "machine", mt.GetName()
+	if accel != "" {
+		kind, name = "accelerator", accel
+	}
+	if q, ok := c.override(name, region, spot); ok {
+		return q, nil
+	}
+	if v.prices != nil {
+		var usd float64
+		var ok bool
+		if accel != "" {
+			usd, ok = v.prices.gpu(accel, region, spot)
+		} else {
+			usd, ok = v.prices.machine(mt, region, spot)
+		}
+		if ok {
+			return quote{usd: usd, source: SourceCatalog, asOf: v.at}, nil
+		}
+	}
+	q, ok, err := bundledQuote(kind, name, region, spot, v.note)
+	if err != nil {
+		return quote{}, err
+	}
+	if !ok {
+		return quote{}, fmt.Errorf("no price known for %s %q in %s: add it to the block's prices, e.g. prices = { %q = { spot = 1.0, on_demand = 3.0 } }", kind, name, region, name)
+	}
+	return q, nil
+}
+
+// sourceRank orders sources by how much an offering's price should be
+// doubted: an offering whose parts come from several sources names the
+// highest-ranked one.
+func sourceRank(src string) int {
+	switch {
+	case src == SourceOverride:
+		return 2
+	case strings.HasPrefix(src, SourceBundled):
+		return 1
+	}
+	return 0
+}
+
+// plus adds part b (n of them) to a, keeping the more doubtful source.
+func (a quote) plus(b quote, n float64) quote {
+	out := a
+	out.usd += n * b.usd
+	if sourceRank(b.source) > sourceRank(a.source) || (b.source == a.source && !b.asOf.IsZero() && b.asOf.Before(a.asOf)) {
+		out.source, out.asOf = b.source, b.asOf
+	}
+	return out
 }

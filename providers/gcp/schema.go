@@ -20,7 +20,8 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "external_ip", Type: providers.TypeBool, Description: "Give nodes an ephemeral external IP (default true); set false behind Cloud NAT."},
 	{Name: "service_account", Type: providers.TypeString, Description: "Service account email for nodes."},
 	{Name: "scopes", Type: providers.TypeListString, Description: "OAuth scopes for the service account."},
-	{Name: "prices", Type: providers.TypeJSON, Description: "Override bundled prices: { \"a3-highgpu-8g\" = { spot = 25.0, on_demand = 88.0 } }."},
+	{Name: "prices", Type: providers.TypeJSON, Description: "Override the Cloud Billing Catalog's and the bundled table's prices: { \"a3-highgpu-8g\" = { spot = 25.0, on_demand = 88.0 } }."},
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the Compute Engine endpoint URL (testing)."},
 	{Name: "resource_manager_endpoint", Type: providers.TypeString, Description: "Override the Cloud Resource Manager endpoint URL `fleetd check` tests permissions at (default: the public API, or endpoint when that is plain http)."},
+	{Name: "billing_endpoint", Type: providers.TypeString, Description: "Override the Cloud Billing Catalog API endpoint URL prices are read from (testing, proxies); a block with a plain-http endpoint and no billing_endpoint uses the bundled prices."},
 }}
