@@ -36,7 +36,7 @@ demo: build ## Run the demo: a local fleet surviving a spot interruption
 	$(GO) run ./examples/demo -bin $(BIN)
 
 .PHONY: bench
-bench: build ## Run the benchmarks (bench/run.sh, under 15 min) and print their figures
+bench: build ## Run the benchmarks (bench/run.sh, about 25 min) and print their figures
 	FLEETD_BIN=$(BIN) bench/run.sh
 
 .PHONY: fuzz

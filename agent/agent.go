@@ -85,6 +85,16 @@ type Options struct {
 	// NoticeMargin: workers asked to checkpoint on a notice must be gone
 	// this long before the notice's deadline; default DefaultNoticeMargin.
 	NoticeMargin time.Duration
+	// TransferClient moves checkpoint bytes to and from signed store URLs
+	// (not the daemon's pinned client: the URLs name the cloud's store);
+	// default a plain client.
+	TransferClient *http.Client
+	// CheckpointPoll is how often the checkpoint dir is scanned for a new
+	// complete checkpoint; default 1s.
+	CheckpointPoll time.Duration
+	// CheckpointFlush bounds the upload of the last checkpoint when the
+	// job finishes; default DefaultCheckpointFlush.
+	CheckpointFlush time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -100,6 +110,7 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxBackoff, DefaultMaxBackoff)
 	def(&o.WarmJoinWait, DefaultWarmJoinWait)
 	def(&o.NoticeMargin, DefaultNoticeMargin)
+	def(&o.CheckpointFlush, DefaultCheckpointFlush)
 	o.MaxBackoff = max(o.MaxBackoff, minBackoff)
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
@@ -156,7 +167,8 @@ type CheckpointRequest struct {
 	// Deadline: the workers must have exited by then (SIGKILL follows).
 	Deadline time.Time `json:"deadline"`
 	// NoticeDeadline is when the node with the notice goes away, when
-	// this node knows it (its own drain file).
+	// known: this node's own notice (drain file), else the rendezvous
+	// view's (the daemon's notice).
 	NoticeDeadline time.Time `json:"notice_deadline,omitzero"`
 	RequestedAt    time.Time `json:"requested_at"`
 }
@@ -166,6 +178,9 @@ type Paths struct {
 	WorkDir, LogDir, PIDFile, DrainFile, LogFile string
 	// CheckpointRequest is FLEETD_CHECKPOINT_REQUEST.
 	CheckpointRequest string
+	// ElasticFile is FLEETD_ELASTIC_FILE (in-process mode); HelperDir holds
+	// fleetd_elastic.py.
+	ElasticFile, HelperDir string
 }
 
 // PathsFor re-roots the config's VM paths under root.
@@ -181,6 +196,8 @@ func PathsFor(cfg Config, root string) Paths {
 		LogFile:   filepath.Join(logs, LogFileName),
 
 		CheckpointRequest: filepath.Join(work, CheckpointRequestFileName),
+		ElasticFile:       filepath.Join(work, ElasticFileName),
+		HelperDir:         filepath.Join(work, HelperDirName),
 	}
 }
 
@@ -259,6 +276,7 @@ func Run(ctx context.Context, opts Options) error {
 	// A request left by an agent that died while its workers stopped is
 	// not addressed to the workers this agent starts.
 	_ = os.Remove(a.paths.CheckpointRequest)
+	_ = os.Remove(a.paths.ElasticFile) // nor is an old round's assignment
 	if err := writeFileAtomic(a.paths.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -329,6 +347,11 @@ func (a *agent) runElastic(ctx context.Context, dc *daemonClient, hc *http.Clien
 		exits: make(chan workerExit, 16), quit: make(chan struct{}),
 	}
 	var err error
+	if err := writeElasticHelper(a.paths.HelperDir); err != nil {
+		a.log.Warn("in-process elastic mode unavailable: writing fleetd_elastic.py failed", "err", err)
+	} else {
+		sup.elasticFile, sup.helperDir = a.paths.ElasticFile, a.paths.HelperDir
+	}
 	if sup.warm, err = newWarmPool(a.paths.WorkDir); err != nil {
 		a.log.Warn("warm starts unavailable", "err", err)
 	}

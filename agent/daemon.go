@@ -40,6 +40,13 @@ type TrainingConfig struct {
 	// WarmStart false turns the warm interpreters off; nil (an older
 	// daemon, or not set in the spec) means on.
 	WarmStart *bool `json:"warm_start,omitempty"`
+	// Checkpoint is training.checkpoint; nil: the agent manages none.
+	Checkpoint *CheckpointConfig `json:"checkpoint,omitempty"`
+	// Elastic is how membership changes reach the workers: "restart"
+	// (or empty, from an older daemon) stops and restarts them;
+	// "in-process" hands each new round to the running workers
+	// (docs/agent.md, "In-process elastic mode").
+	Elastic string `json:"elastic,omitempty"`
 }
 
 type registerRequest struct {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,16 @@ type elastic struct {
 	step    atomic.Int64
 	hasStep atomic.Bool
 	hbEvery atomic.Int64 // ns
+	// ckpt manages training.checkpoint (nil without one).
+	ckpt *checkpoints
+	// prog follows the current round's progress file (FLEETD_PROGRESS);
+	// noProgress: the daemon refused the heartbeat's progress field (an
+	// older daemon), so heartbeats carry none.
+	prog       atomic.Pointer[progressTail]
+	noProgress atomic.Bool
+	// doneBefore: the checkpoint's DONE marker was there when the current
+	// round's workers started (the job had finished before this run).
+	doneBefore bool
 
 	// Owned by the controller goroutine.
 	session  string
@@ -117,7 +128,7 @@ type watchResult struct {
 }
 
 type timerEvent struct {
-	kind  string // "peer-lost", "done-wait" or "master-listen"
+	kind  string // "peer-lost", "done-wait", "master-listen" or "warm-refill"
 	set   *workerSet
 	round int // master-listen: the pending round
 }
@@ -167,6 +178,12 @@ func (e *elastic) run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	e.sup.prepareWarm(e.trainingConfig())
+	// The latest checkpoint is restored while the warm interpreters
+	// import, and before the node joins: its workers start on it.
+	ckptCtx, stopCkpt := context.WithCancel(ctx)
+	var ckptWG sync.WaitGroup
+	defer func() { stopCkpt(); ckptWG.Wait() }()
+	e.startCheckpoints(ckptCtx, &ckptWG)
 	e.awaitWarm(ctx)
 	v, err := e.join(ctx)
 	if err != nil {
@@ -219,6 +236,7 @@ func (e *elastic) run(ctx context.Context) error {
 		}
 	}
 	if e.finished {
+		e.flushCheckpoints(ctx)
 		e.a.log.Info("job finished: agent exits", "success", e.cur.Success, "round", e.cur.Round)
 		return nil
 	}
@@ -353,11 +371,18 @@ func (e *elastic) heartbeatLoop(ctx context.Context) {
 			s := e.step.Load()
 			req.Step = &s
 		}
+		req.Progress = e.progressReport()
 		hctx, cancel := context.WithTimeout(ctx, max(3*interval, 3*time.Second))
 		resp, err := e.rz.Heartbeat(hctx, e.fleet, req)
 		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if err != nil && req.Progress != nil && strings.Contains(err.Error(), `unknown field "progress"`) {
+			// An older daemon: training goes on, its progress is not forwarded.
+			e.noProgress.Store(true)
+			e.a.log.Warn("the daemon does not take progress reports (older version); not forwarding them", "err", err)
+			continue
 		}
 		if err != nil {
 			if !failing || prog.ok() {
@@ -375,6 +400,22 @@ func (e *elastic) heartbeatLoop(ctx context.Context) {
 		default:
 		}
 	}
+}
+
+// progressReport reads the current round's progress file and summarises
+// it for the heartbeat; nil when there is nothing to forward.
+func (e *elastic) progressReport() *rendezvous.Progress {
+	t := e.prog.Load()
+	if t == nil || e.noProgress.Load() {
+		return nil
+	}
+	before, _ := t.invalid()
+	t.poll()
+	if n, line := t.invalid(); before == 0 && n > 0 {
+		e.a.log.Warn("progress file has lines that are not reports (want a JSON object with an integer step per line); skipping them",
+			"file", t.path, "round", t.round, "line", line)
+	}
+	return t.snapshot()
 }
 
 // ensureWatch keeps one long-poll running from the current view.
@@ -443,6 +484,9 @@ func (e *elastic) grace(membership bool) time.Duration {
 type checkpointAsk struct {
 	leaving bool   // this node got the notice
 	detail  string // which node, which notice
+	// deadline is when the node with the notice goes away, as the
+	// rendezvous view says (zero: unknown).
+	deadline time.Time
 }
 
 // askFor returns the checkpoint request a view implies for the node's
@@ -452,14 +496,15 @@ func askFor(v rendezvous.View) *checkpointAsk {
 	if v.Cause != rendezvous.CauseNotice {
 		return nil
 	}
-	return &checkpointAsk{detail: v.Reason}
+	return &checkpointAsk{detail: v.Reason, deadline: v.NoticeDeadline}
 }
 
 // checkpointBound is how long workers asked to checkpoint may take before
-// they are SIGKILLed: drain_grace, and on the node with the notice at most
-// until NoticeMargin before its deadline (never less than
-// minCheckpointGrace). The survivors do not know the deadline; their
-// workers stop with the leaving node's, whose SIGKILL breaks their group.
+// they are SIGKILLed: drain_grace, and at most until NoticeMargin before
+// the notice's deadline (never less than minCheckpointGrace): on the node
+// with the notice and, when the rendezvous view carries the deadline, on
+// every survivor (their workers checkpoint together with the leaving
+// node's, which is gone at the deadline).
 func (e *elastic) checkpointBound(noticeDeadline, now time.Time) time.Duration {
 	g := e.grace(false)
 	if !noticeDeadline.IsZero() {
@@ -482,9 +527,11 @@ func (e *elastic) stopWorkers(membership bool, why string, ask *checkpointAsk) {
 	start := time.Now()
 	var req *CheckpointRequest
 	if ask != nil {
-		var nd time.Time
+		nd := ask.deadline
 		if ask.leaving {
-			nd = e.a.noticeDeadline()
+			if own := e.a.noticeDeadline(); !own.IsZero() {
+				nd = own
+			}
 		}
 		g = e.checkpointBound(nd, start)
 		req = &CheckpointRequest{Round: e.ws.round, Reason: rendezvous.CauseNotice, Detail: ask.detail, Leaving: ask.leaving,
@@ -523,6 +570,10 @@ func (e *elastic) stopWorkers(membership bool, why string, ask *checkpointAsk) {
 // node's last workers confirmed they checkpointed, if they did.
 func (e *elastic) resumeStep() *int64 {
 	if e.ws == nil {
+		// The node's first workers: the checkpoint restored at start.
+		if s := e.ckpt.restoredStep(); s >= 0 {
+			return &s
+		}
 		return nil
 	}
 	if step, n := e.ws.checkpointed(); n > 0 {
@@ -579,7 +630,9 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 			e.a.log.Error("writing drain file failed", "err", err)
 		}
 		e.setStatus(e.roundOf(), wsDrained)
-		e.stopWorkers(false, "excluded: "+v.Reason, &checkpointAsk{leaving: true, detail: "this node was excluded: " + v.Reason})
+		if !e.canHandOver() || !e.leaveInProcess(v) {
+			e.stopWorkers(false, "excluded: "+v.Reason, &checkpointAsk{leaving: true, detail: "this node was excluded: " + v.Reason, deadline: v.NoticeDeadline})
+		}
 		e.sup.closeWarm("node excluded")
 		e.setStatus(0, wsDrained)
 
@@ -596,6 +649,10 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 
 	case rendezvous.NodeWaiting, rendezvous.NodeStandby:
 		e.cancelTimers()
+		if e.canHandOver() && e.holdInProcess(v) {
+			return
+		}
+		e.explainNoHandOver(v.Round)
 		e.stopWorkers(true, "round "+fmt.Sprint(v.Round)+" is "+string(v.State), askFor(v))
 		e.setStatus(0, string(v.State))
 
@@ -613,13 +670,18 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 			return
 		}
 		e.cancelTimers()
+		if e.canHandOver() && e.handOver(v) {
+			return
+		}
+		e.explainNoHandOver(v.Round)
 		e.stopWorkers(true, fmt.Sprintf("new round %d", v.Round), askFor(v))
 		// Warm workers would reach MASTER_PORT before the master's new
 		// store is up (its old worker checkpoints first) and then retry
 		// only after a second: when this job's masters report their
 		// store, wait for this round's report, briefly. Cold workers
 		// import for longer than that anyway.
-		if v.MasterListens && !v.MasterListening && v.Assignment.GroupRank > 0 &&
+		// (In-process mode: fleetd_elastic waits for the store itself.)
+		if v.MasterListens && !v.MasterListening && v.Assignment.GroupRank > 0 && !e.trainingConfig().inProcess() &&
 			e.sup.hasWarm(e.trainingConfig(), v.Assignment.LocalWorldSize) {
 			a := *v.Assignment
 			e.pending, e.pendingAt = &a, time.Now()
@@ -662,13 +724,29 @@ func (e *elastic) startWorkers(a rendezvous.Assignment) {
 		attrs = append(attrs, "resume_step", *resume)
 	}
 	e.a.log.Info("starting workers", attrs...)
+	e.prog.Store(newProgressTail(filepath.Join(e.sup.logDir, "round-"+strconv.Itoa(a.Round), ProgressFile), a))
+	if dir, local := e.checkpointDir(); local {
+		e.doneBefore = markerExists(dir)
+	}
+	if tc.inProcess() && e.sup.elasticFile != "" {
+		// Fresh workers find their round there as well (and any later one).
+		if err := e.tell(elasticAssigned, rendezvous.View{Round: a.Round}, &a); err != nil {
+			e.a.log.Warn("in-process mode: writing the round failed", "err", err)
+		}
+	}
 	e.ws = e.sup.start(a, tc, e.restarts, resume)
 	e.setStatus(a.Round, wsRunning)
-	if a.GroupRank == 0 {
+	if a.GroupRank == 0 && !tc.inProcess() {
 		go e.reportListening(e.ws)
 	}
-	// The next round's interpreters import while this one trains.
-	e.sup.prepareWarm(tc)
+	// The next round's interpreters import while this one trains. In
+	// in-process mode they are needed only if these workers restart:
+	// their imports wait until a joiner has been handed its state.
+	if tc.inProcess() {
+		e.after(inProcessWarmDelay, "warm-refill", nil)
+	} else {
+		e.sup.prepareWarm(tc)
+	}
 }
 
 // onExit classifies a worker exit of the current round.
@@ -705,6 +783,12 @@ func (e *elastic) onExit(ctx context.Context, ex workerExit) {
 }
 
 func (e *elastic) onTimer(ctx context.Context, t timerEvent) {
+	if t.kind == "warm-refill" {
+		if !e.finished && !e.excluded && !e.failed {
+			e.sup.prepareWarm(e.trainingConfig())
+		}
+		return
+	}
 	if t.kind == "master-listen" {
 		if e.pending != nil && e.pending.Round == t.round {
 			e.startPending(fmt.Sprintf("no word from the master's store within %s", masterListenWait))
@@ -764,6 +848,14 @@ func (e *elastic) failure(ctx context.Context, desc string) {
 func (e *elastic) completed(set *workerSet) {
 	e.setStatus(0, wsSucceeded)
 	dir, local := e.checkpointDir()
+	if local && e.doneBefore {
+		// Re-applying a spec whose checkpoint holds a finished job ends at
+		// once: say why, or "job succeeded" puzzles.
+		e.a.log.Info("all local workers exited 0; the checkpoint already held a finished job", "round", set.round, "checkpoint_dir", dir)
+		e.reportDone(true, fmt.Sprintf("the checkpoint in %s already held a finished job: its %s marker was there before round %d's workers started, so they trained nothing; remove %s (or use another checkpoint_uri) to train again",
+			dir, DoneMarker, set.round, filepath.Join(dir, DoneMarker)))
+		return
+	}
 	if !local || markerExists(dir) {
 		e.a.log.Info("all local workers exited 0; reporting the job done", "round", set.round, "checkpoint_dir", dir)
 		e.reportDone(true, fmt.Sprintf("all workers of %s exited 0 in round %d", e.node, set.round))
@@ -779,6 +871,9 @@ func (e *elastic) completed(set *workerSet) {
 // are not local.
 func (e *elastic) checkpointDir() (string, bool) {
 	tc := e.trainingConfig()
+	if e.ckpt != nil {
+		return e.ckpt.dir, true
+	}
 	u := tc.CheckpointURI
 	switch {
 	case u == "":

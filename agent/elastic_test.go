@@ -375,6 +375,7 @@ func testWorkerEnvironmentContract(t *testing.T, py string, warm bool) {
 			"FLEETD_CHECKPOINT_URI": ckpt, "FLEETD_ROUND": "1",
 			"FLEETD_CHECKPOINT_REQUEST": node.paths().CheckpointRequest,
 			"FLEETD_CHECKPOINT_DONE":    filepath.Join(node.paths().LogDir, "round-1", "rank-"+itoa(rank)+".checkpoint"),
+			"FLEETD_PROGRESS":           filepath.Join(node.paths().LogDir, "round-1", ProgressFile),
 			"FOO":                       "bar", "NCCL_DEBUG": "WARN", "FLEETD_TEST_INHERITED": "from the agent",
 		}
 		if v, ok := os.LookupEnv("OMP_NUM_THREADS"); ok {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,9 @@ const (
 	EnvCheckpointRequest = "FLEETD_CHECKPOINT_REQUEST" // the file that exists while the agent asks for a checkpoint
 	EnvCheckpointDone    = "FLEETD_CHECKPOINT_DONE"    // per worker: where it writes the step it checkpointed
 	EnvResumeStep        = "FLEETD_RESUME_STEP"        // the step this node's previous workers checkpointed
+	// In-process elastic mode (docs/agent.md).
+	EnvElastic     = "FLEETD_ELASTIC"      // "in-process"; unset in restart mode
+	EnvElasticFile = "FLEETD_ELASTIC_FILE" // the file through which the agent hands over each new round
 )
 
 // workerEnvParams is everything a worker's environment depends on.
@@ -37,8 +41,16 @@ type workerEnvParams struct {
 	CheckpointDone func(localRank int) string
 	// ResumeStep, if set, becomes FLEETD_RESUME_STEP.
 	ResumeStep *int64
+	// ProgressFile, if set, becomes FLEETD_PROGRESS (the round's file).
+	ProgressFile string
 	// Ifname, if set, becomes GLOO_SOCKET_IFNAME unless already set.
 	Ifname string
+	// ElasticFile and HelperDir, in in-process mode: FLEETD_ELASTIC_FILE,
+	// and the directory of fleetd_elastic.py, put first on PYTHONPATH.
+	ElasticFile, HelperDir string
+	// CheckpointDir, if set, becomes FLEETD_CHECKPOINT_DIR, and
+	// FLEETD_CHECKPOINT_URI when checkpoint_uri is empty.
+	CheckpointDir string
 }
 
 // workerEnv returns the environment of the worker with localRank, as
@@ -86,10 +98,32 @@ func workerEnv(p workerEnvParams, localRank int) []string {
 	if p.CheckpointRequest != "" {
 		set[EnvCheckpointRequest] = p.CheckpointRequest
 	}
+	if p.CheckpointDir != "" {
+		set[EnvCheckpointDir] = p.CheckpointDir
+		if p.Training.CheckpointURI == "" {
+			set[EnvCheckpointURI] = p.CheckpointDir
+		}
+	}
+	if p.ProgressFile != "" {
+		set[EnvProgress] = p.ProgressFile
+	}
 	// Per-round values the agent did not set must not leak in from its
 	// own environment or the spec.
 	delete(env, EnvCheckpointDone)
 	delete(env, EnvResumeStep)
+	delete(env, EnvElastic)
+	delete(env, EnvElasticFile)
+	if p.ElasticFile != "" {
+		set[EnvElastic] = ElasticInProcess
+		set[EnvElasticFile] = p.ElasticFile
+		if p.HelperDir != "" {
+			pp := p.HelperDir
+			if old := env["PYTHONPATH"]; old != "" {
+				pp += string(os.PathListSeparator) + old
+			}
+			set["PYTHONPATH"] = pp
+		}
+	}
 	if p.CheckpointDone != nil {
 		set[EnvCheckpointDone] = p.CheckpointDone(localRank)
 	}

@@ -46,7 +46,8 @@ func TestWorkerEnv(t *testing.T) {
 				"NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "PYTHONUNBUFFERED": "1",
 				"FLEETD_FLEET": "f", "FLEETD_NODE_ID": "n", "FLEETD_DRAIN_FILE": "/work/drain.json",
 				"FLEETD_CHECKPOINT_URI": "file:///ckpt", "FLEETD_ROUND": "7", "PATH": "/bin", "HOME": "/root",
-				"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-5.checkpoint"},
+				"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-5.checkpoint",
+				"FLEETD_PROGRESS": "/logs/round-7/progress.jsonl"},
 			absent: []string{"GLOO_SOCKET_IFNAME", "FLEETD_RESUME_STEP"},
 		},
 		{
@@ -55,9 +56,10 @@ func TestWorkerEnv(t *testing.T) {
 		},
 		{
 			name: "per-round checkpoint variables never come from elsewhere", nproc: 1,
-			base:   []string{"FLEETD_RESUME_STEP=9", "FLEETD_CHECKPOINT_REQUEST=/tmp/x"},
-			spec:   map[string]string{"FLEETD_CHECKPOINT_DONE": "/tmp/y"},
-			want:   map[string]string{"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-2.checkpoint"},
+			base: []string{"FLEETD_RESUME_STEP=9", "FLEETD_CHECKPOINT_REQUEST=/tmp/x", "FLEETD_PROGRESS=/tmp/z"},
+			spec: map[string]string{"FLEETD_CHECKPOINT_DONE": "/tmp/y"},
+			want: map[string]string{"FLEETD_CHECKPOINT_REQUEST": "/work/checkpoint-request.json", "FLEETD_CHECKPOINT_DONE": "/logs/round-7/rank-2.checkpoint",
+				"FLEETD_PROGRESS": "/logs/round-7/progress.jsonl"},
 			absent: []string{"FLEETD_RESUME_STEP"},
 		},
 		{
@@ -94,6 +96,7 @@ func TestWorkerEnv(t *testing.T) {
 				CheckpointRequest: "/work/checkpoint-request.json",
 				CheckpointDone:    func(lr int) string { return filepath.Join("/logs/round-7", "rank-"+itoa(2*tt.nproc+lr)+".checkpoint") },
 				ResumeStep:        tt.resume,
+				ProgressFile:      "/logs/round-7/progress.jsonl",
 			}
 			env := workerEnv(p, tt.localRank)
 			if !slices.IsSorted(env) {

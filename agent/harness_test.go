@@ -231,9 +231,10 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		d.notices = append(d.notices, req)
 		svc := d.svc
 		d.mu.Unlock()
-		// Like the daemon: a terminal notice excludes the node at once.
+		// Like the daemon: a terminal notice excludes the node at once,
+		// and the round change carries its deadline.
 		if interruption.Kind(req.Kind).Terminal() {
-			if err := svc.Exclude(r.Context(), fleet, node, req.Kind+" notice from "+req.Source); err != nil {
+			if err := svc.ExcludeUntil(r.Context(), fleet, node, req.Kind+" notice from "+req.Source, req.Deadline); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

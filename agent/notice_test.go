@@ -174,11 +174,11 @@ while True:
 `
 
 // TestIgnoredCheckpointRequestIsKilledAtBound: a script that ignores the
-// request still works, it is SIGKILLed at the bound: on the node with the
-// notice, NoticeMargin before the notice's deadline (sooner than
-// drain_grace); on the survivor, at drain_grace (longer than the
-// RestartGrace of other round changes). The next round gets no
-// FLEETD_RESUME_STEP, since nobody confirmed a checkpoint.
+// request still works, it is SIGKILLed at the bound, NoticeMargin before
+// the notice's deadline (sooner than drain_grace): on the node with the
+// notice, which read it in its metadata, and on the survivor, which has it
+// from the rendezvous view. The next round gets no FLEETD_RESUME_STEP,
+// since nobody confirmed a checkpoint.
 func TestIgnoredCheckpointRequestIsKilledAtBound(t *testing.T) {
 	py := needPython(t)
 	addrs := loopbackAddrs(t, 2)
@@ -206,7 +206,7 @@ func TestIgnoredCheckpointRequestIsKilledAtBound(t *testing.T) {
 		o.PollInterval = 50 * time.Millisecond
 		o.NoticeMargin = margin
 	})
-	survivor := startAgent(t, d, "survivor", addrs[1])
+	survivor := startAgent(t, d, "survivor", addrs[1], func(o *Options) { o.NoticeMargin = margin })
 	waitFor(t, 20*time.Second, "both workers of round 1", func() bool {
 		st, err := d.service().Status(testFleet)
 		return err == nil && st.Round == 1 && len(st.Members) == 2 && len(leaver.events(t)) > 0 && len(survivor.events(t)) > 0
@@ -230,8 +230,9 @@ func TestIgnoredCheckpointRequestIsKilledAtBound(t *testing.T) {
 		// The leaver's bound ends margin before the notice deadline, 3-4s
 		// after the notice: well before drain_grace.
 		{leaver, true, 1500 * time.Millisecond, lead - margin + time.Second},
-		// The survivor waits drain_grace, more than RestartGrace (3s here).
-		{survivor, false, drainGrace - 200*time.Millisecond, drainGrace + 2*time.Second},
+		// So does the survivor's: the view of the new round carries the
+		// deadline (it used to wait drain_grace).
+		{survivor, false, 1500 * time.Millisecond, lead - margin + time.Second},
 	} {
 		var req *CheckpointRequest
 		for _, ev := range tt.a.events(t) {
@@ -242,7 +243,7 @@ func TestIgnoredCheckpointRequestIsKilledAtBound(t *testing.T) {
 		if req == nil || req.Leaving != tt.leaving || req.Reason != rendezvous.CauseNotice {
 			t.Errorf("agent %s: the worker saw request %+v", tt.a.id, req)
 		}
-		if req != nil && tt.leaving && !req.NoticeDeadline.Equal(noticeDeadline) {
+		if req != nil && !req.NoticeDeadline.Equal(noticeDeadline) {
 			t.Errorf("agent %s: request's notice deadline %v, want %v", tt.a.id, req.NoticeDeadline, noticeDeadline)
 		}
 		lines := tt.a.logLines(t, "workers stopped without confirming a checkpoint")

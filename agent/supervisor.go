@@ -70,10 +70,14 @@ type worker struct {
 	warm            bool // a warm interpreter became this worker
 	logFile         string
 	errorFile       string
-	doneFile        string        // FLEETD_CHECKPOINT_DONE
-	done            chan struct{} // closed once reaped; status is set then
-	status          exitStatus
-	exitedAt        time.Time
+	doneFile        string // FLEETD_CHECKPOINT_DONE
+	// out is the worker's output (in-process mode re-points it at the
+	// next round's log); elastic: it said hello through fleetd_elastic.
+	out      *workerOutput
+	elastic  atomic.Bool
+	done     chan struct{} // closed once reaped; status is set then
+	status   exitStatus
+	exitedAt time.Time
 }
 
 func (w *worker) exited() bool { return isClosed(w.done) }
@@ -138,6 +142,11 @@ type supervisor struct {
 	quit   chan struct{} // closed when nobody reads exits any more
 	// warm holds the warm interpreters; nil: every worker starts cold.
 	warm *warmPool
+	// elasticFile (FLEETD_ELASTIC_FILE) and helperDir (fleetd_elastic.py)
+	// of the in-process mode.
+	elasticFile, helperDir string
+	// ckptDir is training.checkpoint's dir (FLEETD_CHECKPOINT_DIR), if any.
+	ckptDir string
 }
 
 // envParams is what the workers' environment depends on for an assignment.
@@ -145,7 +154,8 @@ func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, resta
 	p := workerEnvParams{
 		Base: os.Environ(), Assignment: a, Training: tc, RestartCount: restartCount,
 		Fleet: s.fleet, Node: s.node, DrainFile: s.drainFile, Ifname: s.ifname,
-		CheckpointRequest: s.requestFile,
+		CheckpointRequest: s.requestFile, CheckpointDir: s.ckptDir,
+		ElasticFile: s.elasticFileFor(tc), HelperDir: s.helperDir,
 	}
 	if dir != "" {
 		p.ErrorFile = func(lr int) string {
@@ -154,6 +164,7 @@ func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, resta
 		p.CheckpointDone = func(lr int) string {
 			return filepath.Join(dir, "rank-"+strconv.Itoa(a.Rank(lr))+".checkpoint")
 		}
+		p.ProgressFile = filepath.Join(dir, ProgressFile)
 	}
 	return p
 }
@@ -169,6 +180,7 @@ func (s *supervisor) start(a rendezvous.Assignment, tc TrainingConfig, restartCo
 	mkErr := os.MkdirAll(dir, 0o755)
 	params := s.envParams(a, tc, restartCount, dir)
 	params.ResumeStep = resume
+	_ = os.Remove(params.ProgressFile) // a stale file would pose as this round's reports
 	for lr := range a.LocalWorldSize {
 		w := &worker{localRank: lr, rank: a.Rank(lr), done: make(chan struct{})}
 		w.logFile = filepath.Join(dir, "rank-"+strconv.Itoa(w.rank)+".log")
@@ -209,7 +221,8 @@ func (s *supervisor) launch(set *workerSet, w *worker, tc TrainingConfig, env []
 	cmd.Env = env
 	cmd.Dir = tc.Workdir
 	out := s.newOutput()
-	out.attach(f, set.round, w.rank)
+	w.out = out
+	out.attach(f, set.round, w)
 	p, err := s.spawn(cmd, out, set, w, nil)
 	if err != nil {
 		out.close()
@@ -329,6 +342,9 @@ type workerOutput struct {
 	mu          sync.Mutex
 	f           *os.File
 	round, rank int
+	w           *worker  // the worker it is (nil while a warm interpreter)
+	next        *os.File // in-process mode: the next round's log, from the next line on
+	nextRound   int
 	line        []byte // the current line, up to maxShipLine
 	pending     []byte
 	dropped     int
@@ -364,12 +380,12 @@ func (o *workerOutput) write(b []byte) {
 	o.consume(b)
 }
 
-// attach sends the output to f (for round and rank), starting with what
-// was buffered.
-func (o *workerOutput) attach(f *os.File, round, rank int) {
+// attach sends the output of worker w to f (for round), starting with
+// what was buffered.
+func (o *workerOutput) attach(f *os.File, round int, w *worker) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.f, o.round, o.rank = f, round, rank
+	o.f, o.round, o.rank, o.w = f, round, w.rank, w
 	if o.dropped > 0 {
 		o.consume(fmt.Appendf(nil, "[fleetd agent: %d bytes of output from before the start were dropped]\n", o.dropped))
 	}
@@ -395,17 +411,51 @@ func (o *workerOutput) finish() {
 		o.flushLine()
 	}
 	o.f.Close()
+	if o.next != nil {
+		o.next.Close()
+		o.next = nil
+	}
+}
+
+// reattach sends the output to f, for round and rank, from the start of
+// the next line on (in-process mode: the worker now runs that round).
+func (o *workerOutput) reattach(f *os.File, round, rank int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.eof || o.f == nil {
+		f.Close()
+		return
+	}
+	if o.next != nil {
+		o.next.Close()
+	}
+	o.next, o.nextRound = f, round
+	o.rank = rank
+	if len(o.line) == 0 {
+		o.switchFile()
+	}
+}
+
+func (o *workerOutput) switchFile() {
+	o.f.Close()
+	o.f, o.round = o.next, o.nextRound
+	o.next = nil
 }
 
 // consume writes b to the log and hands each complete line to the shipper
 // and the step parser.
 func (o *workerOutput) consume(b []byte) {
-	_, _ = o.f.Write(b)
+	if o.next == nil {
+		_, _ = o.f.Write(b)
+	}
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		chunk := b
 		if i >= 0 {
 			chunk = b[:i+1]
+		}
+		if o.next != nil {
+			_, _ = o.f.Write(chunk) // line by line until the switch
 		}
 		if room := maxShipLine - len(o.line); room > 0 {
 			o.line = append(o.line, chunk[:min(room, len(chunk))]...)
@@ -413,6 +463,12 @@ func (o *workerOutput) consume(b []byte) {
 		b = b[len(chunk):]
 		if i >= 0 {
 			o.flushLine()
+			if o.next != nil {
+				o.switchFile()
+				if len(b) > 0 {
+					_, _ = o.f.Write(b)
+				}
+			}
 		}
 	}
 }
@@ -424,6 +480,9 @@ func (o *workerOutput) flushLine() {
 		if st, ok := parseStep(l); ok {
 			o.s.onStep(st)
 		}
+	}
+	if o.w != nil && strings.HasPrefix(l, elasticLinePrefix) {
+		o.s.onElasticLine(o.w, o.round, l)
 	}
 	if o.s.ship != nil {
 		o.s.ship(o.round, o.rank, l)

@@ -45,7 +45,7 @@ var roundEnvKeys = map[string]bool{
 	"RANK": true, "WORLD_SIZE": true, "GROUP_RANK": true, "GROUP_WORLD_SIZE": true,
 	"ROLE_RANK": true, "ROLE_WORLD_SIZE": true, "MASTER_ADDR": true, "MASTER_PORT": true,
 	"TORCHELASTIC_RESTART_COUNT": true, "TORCHELASTIC_RUN_ID": true, "TORCHELASTIC_ERROR_FILE": true,
-	EnvRound: true, EnvCheckpointDone: true, EnvResumeStep: true,
+	EnvRound: true, EnvCheckpointDone: true, EnvResumeStep: true, EnvProgress: true,
 }
 
 // staticEnv is env without the per-round variables (env is sorted, so is
@@ -137,7 +137,7 @@ func (wp *warmProc) isReady() bool { return isClosed(wp.ready) }
 // interpreter that replaces a used one needs a few seconds of CPU, more
 // while the node trains. The second one starts once the first is ready,
 // so a node never runs two imports of the same rank at once.
-const warmPerRank = 2
+const warmPerRank = 2 // one in in-process mode (docs/agent.md)
 
 // warmPool holds the node's warm interpreters.
 type warmPool struct {
@@ -209,7 +209,11 @@ func (s *supervisor) refillLocked() {
 	for lr := range nproc {
 		spec, ok := s.warmSpecFor(tc, lr)
 		procs := s.warm.slots[lr]
-		if !ok || s.warm.off[spec.key] != "" || len(procs) >= warmPerRank ||
+		keep := warmPerRank
+		if tc.inProcess() {
+			keep = 1 // survivors are not restarted: one start, or one fallback restart, at a time
+		}
+		if !ok || s.warm.off[spec.key] != "" || len(procs) >= keep ||
 			(len(procs) > 0 && !procs[len(procs)-1].isReady()) {
 			continue
 		}
@@ -374,7 +378,8 @@ func (s *supervisor) handOff(set *workerSet, w *worker, wp *warmProc, f *os.File
 		return false
 	}
 	w.pid, w.warm = wp.p.pid, true
-	wp.p.out.attach(f, set.round, w.rank)
+	w.out = wp.p.out
+	wp.p.out.attach(f, set.round, w)
 	msg := make([]string, 0, 2+len(wp.args)+len(env))
 	msg = append(append(append(msg, wp.path, strconv.Itoa(len(wp.args))), wp.args...), env...)
 	// Written aside: an environment beyond the pipe's buffer would block

@@ -3,7 +3,8 @@
 #
 #   make bench              # builds bin/fleetd first, then runs this
 #   BENCH_OUT=dir bench/run.sh   # keep logs and JSON figures in dir
-#   BENCH_ONLY=scale|recovery|ha bench/run.sh
+#   BENCH_ONLY=scale|recovery|ha|ckpt|elastic bench/run.sh
+#   BENCH_ELASTIC_SIZES=100 bench/run.sh   # elastic: model sizes in MiB (default 100,1024)
 #   BENCH_STRICT=1 bench/run.sh  # exit 1 when a figure misses its target
 #
 # The benchmarks print figures; they are not tests. Each program prints
@@ -38,6 +39,8 @@ echo "== build"
 go build -o "$tmp/scale" ./bench/scale || exit 1
 go build -o "$tmp/recovery" ./bench/recovery || exit 1
 go build -o "$tmp/ha" ./bench/ha || exit 1
+go build -o "$tmp/ckpt" ./bench/ckpt || exit 1
+go build -o "$tmp/elastic" ./bench/elastic || exit 1
 if [[ ! -x "$FLEETD_BIN" ]]; then
   echo "$FLEETD_BIN not found: run make build (make bench does)" >&2
   exit 1
@@ -58,14 +61,30 @@ if [[ "$ONLY" == all || "$ONLY" == ha ]]; then
   "$tmp/ha" -fleetd "$FLEETD_BIN" -json "$OUT/ha.json" 2>&1 | grep -v '^{"level"' | tee "$OUT/ha.log"
 fi
 
+if [[ "$ONLY" == all || "$ONLY" == ckpt ]]; then
+  echo "== ckpt: $tmp/ckpt -json $OUT/ckpt.json (2 GiB upload and restore: file driver, S3 on moto)"
+  "$tmp/ckpt" -json "$OUT/ckpt.json" 2>&1 | tee "$OUT/ckpt.log"
+fi
+
+if [[ "$ONLY" == all || "$ONLY" == elastic ]]; then
+  sizes=${BENCH_ELASTIC_SIZES:-100,1024}
+  echo "== elastic: $tmp/elastic -fleetd $FLEETD_BIN -python $PYTHON -sizes $sizes -json $OUT/elastic.json"
+  echo "memory: $(awk '/MemAvailable/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) available (the 1 GiB model needs about 8 GiB: up to four workers, checkpoint loads)"
+  "$tmp/elastic" -fleetd "$FLEETD_BIN" -python "$PYTHON" -sizes "$sizes" -json "$OUT/elastic.json" 2>&1 | tee "$OUT/elastic.log"
+fi
+
 echo
 echo "================ fleetd benchmarks: summary ================"
 cat "$OUT/machine.txt"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at end"
 echo "elapsed: $(( $(date +%s) - start )) s"
 # Each program repeats its figures after a "==== <name>: summary ====" line.
-summary=$(awk 'FNR == 1 {on = 0} /^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' \
-  "$OUT"/scale.log "$OUT"/recovery.log "$OUT"/ha.log 2>/dev/null)
+# (only the logs of the benchmarks that ran: awk stops at a missing file)
+logs=()
+for f in "$OUT"/scale.log "$OUT"/recovery.log "$OUT"/ha.log "$OUT"/ckpt.log "$OUT"/elastic.log; do
+  if [[ -f "$f" ]]; then logs+=("$f"); fi
+done
+summary=$(awk 'FNR == 1 {on = 0} /^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' "${logs[@]}" 2>/dev/null)
 echo "$summary"
 fails=$(grep -c ' FAIL' <<<"$summary" || true)
 passes=$(grep -c ' PASS$' <<<"$summary" || true)

@@ -32,6 +32,14 @@ tls {
   hosts = ["fleetd.internal"]     # extra names for the server certificate
 }
 
+# The goodput autoscaler (docs/autoscale.md) sizes fleets without
+# desired_nodes by the throughput their workers report; these are its defaults:
+# autoscale {
+#   measure_for         = "1m"  # throughput measured before a new size is judged
+#   min_interval        = "3m"  # least time between two size changes of a fleet
+#   marginal_efficiency = 0.5   # a larger size must add at least this share of the progress its cost would buy
+# }
+
 # External provider plugins must be pinned by checksum:
 # plugin "oci" {
 #   sha256 = "<64 hex characters of sha256sum fleetd-provider-oci>"

@@ -25,6 +25,10 @@ func (d *Daemon) mountAgentAPI(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/notice", d.nodeAuth(d.agentNotice))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/logs", d.nodeAuth(d.agentLogs))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/done", d.nodeAuth(d.agentDone))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/sign", d.nodeAuth(d.agentCheckpointSign))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/list", d.nodeAuth(d.agentCheckpointList))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/delete", d.nodeAuth(d.agentCheckpointDelete))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/report", d.nodeAuth(d.agentCheckpointReport))
 	mux.HandleFunc("GET /v1/agent/binary", d.agentBinary)
 	mux.Handle("GET /v1/fleets/{fleet}/logs", d.api.Require(api.RoleRead, d.fleetLogs))
 	// Offerings is a POST that only reads, but it calls the providers with
@@ -99,7 +103,8 @@ func (d *Daemon) agentRegister(w http.ResponseWriter, r *http.Request) {
 		resp = api.RegisterResponse{Fleet: fleetName, Node: nodeID, RendezvousURL: d.URL(), Training: api.TrainingConfig{
 			Command: t.Command, Workdir: t.Workdir, NprocPerNode: t.NprocPerNode, MaxRestarts: t.MaxRestarts,
 			MasterPort: t.MasterPort, DrainGrace: t.DrainGrace, CheckpointURI: t.CheckpointURI, Env: t.Env,
-			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart}}
+			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart, Checkpoint: checkpointConfig(t.Checkpoint),
+			Elastic: t.Elastic}}
 		return nil
 	})
 	if err != nil {
@@ -327,6 +332,7 @@ func (d *Daemon) agentDone(w http.ResponseWriter, r *http.Request) {
 		}
 		first = true
 		f.Completed, f.Succeeded, f.CompletedAt = true, req.Success, d.now()
+		f.CompletedDetail = strings.TrimSpace(req.Detail)
 		if _, err := tx.PutFleet(f); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -42,6 +43,9 @@ type Config struct {
 	// Cluster runs this server as one of several on etcd (docs/ha.md);
 	// nil: one server on bbolt.
 	Cluster *cluster.Config `hcl:"cluster,block"`
+	// Autoscale tunes the goodput autoscaler (docs/autoscale.md); nil:
+	// its defaults.
+	Autoscale *AutoscaleConfig `hcl:"autoscale,block"`
 
 	// Dev marks a throwaway daemon (temporary data dir, token printed).
 	// Untagged: gohcl ignores untagged fields, while `hcl:"-"` would make
@@ -59,6 +63,58 @@ type TLSConfig struct {
 	CertFile string   `hcl:"cert_file,optional"`
 	KeyFile  string   `hcl:"key_file,optional"`
 	Hosts    []string `hcl:"hosts,optional"` // extra SANs for the generated certificate
+}
+
+// AutoscaleConfig is the daemon config's autoscale block: how the
+// goodput autoscaler measures and changes fleet sizes.
+type AutoscaleConfig struct {
+	// MeasureFor: a new size is judged once its throughput was measured
+	// this long (default 1m).
+	MeasureFor string `hcl:"measure_for,optional"`
+	// MinInterval is the least time between two size changes of a fleet
+	// (default 3m).
+	MinInterval string `hcl:"min_interval,optional"`
+	// MarginalEfficiency: a larger size is worth its cost when the
+	// progress it adds is at least this fraction of what the same money
+	// buys at the smaller size (default 0.5).
+	MarginalEfficiency *float64 `hcl:"marginal_efficiency,optional"`
+
+	params autoscale.Params
+}
+
+// Params are the autoscaler's parameters the block sets (zero: default).
+func (a *AutoscaleConfig) Params() autoscale.Params {
+	if a == nil {
+		return autoscale.Params{}
+	}
+	return a.params
+}
+
+func (a *AutoscaleConfig) finish() error {
+	dur := func(name, s string, d *time.Duration) error {
+		if s == "" {
+			return nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("autoscale: %s %q is not a positive duration", name, s)
+		}
+		*d = v
+		return nil
+	}
+	if err := dur("measure_for", a.MeasureFor, &a.params.MeasureFor); err != nil {
+		return err
+	}
+	if err := dur("min_interval", a.MinInterval, &a.params.MinInterval); err != nil {
+		return err
+	}
+	if e := a.MarginalEfficiency; e != nil {
+		if *e <= 0 || *e > 1 {
+			return fmt.Errorf("autoscale: marginal_efficiency must be in (0, 1], got %g", *e)
+		}
+		a.params.MarginalEfficiency = *e
+	}
+	return nil
 }
 
 // PluginConfig pins an external provider plugin by checksum.
@@ -153,6 +209,11 @@ func (c *Config) finish(base string) error {
 	}
 	if c.Cluster != nil {
 		if err := c.Cluster.Finish(base, c.DataDir); err != nil {
+			return err
+		}
+	}
+	if c.Autoscale != nil {
+		if err := c.Autoscale.finish(); err != nil {
 			return err
 		}
 	}

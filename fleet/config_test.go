@@ -26,3 +26,24 @@ func TestExampleDaemonConfigs(t *testing.T) {
 		t.Errorf("an empty cluster block: %v, want an error naming the choice", diags)
 	}
 }
+
+// TestAutoscaleConfig: the autoscale block sets the autoscaler's timings
+// and threshold; bad values are errors.
+func TestAutoscaleConfig(t *testing.T) {
+	cfg, _, diags := ParseConfig("a.hcl", []byte("autoscale {\n  measure_for = \"3s\"\n  min_interval = \"2s\"\n  marginal_efficiency = 0.7\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	p := cfg.Autoscale.Params()
+	if p.MeasureFor.Seconds() != 3 || p.MinInterval.Seconds() != 2 || p.MarginalEfficiency != 0.7 {
+		t.Errorf("params %+v", p)
+	}
+	if p := (&Config{}).Autoscale.Params(); p.MeasureFor != 0 || p.MarginalEfficiency != 0 {
+		t.Errorf("no block: %+v, want zero (the defaults)", p)
+	}
+	for _, bad := range []string{`measure_for = "soon"`, `min_interval = "-1s"`, `marginal_efficiency = 1.5`, `marginal_efficiency = 0`} {
+		if _, _, diags := ParseConfig("b.hcl", []byte("autoscale {\n  "+bad+"\n}\n")); !diags.HasErrors() || !strings.Contains(diags.Error(), "autoscale") {
+			t.Errorf("%s: %v, want an autoscale error", bad, diags)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/reconcile"
@@ -30,6 +31,11 @@ type savedRuntime struct {
 	// Progress is the training work done (in time at max_nodes), measured
 	// from the rendezvous: the deadline policy needs it.
 	Progress placement.Progress `json:"progress"`
+	// Training is what the workers' progress reports measured: throughput
+	// per round and size, the latest report, a chart series (autoscaler.go).
+	Training *autoscale.Tracker `json:"training,omitempty"`
+	// Scale is the autoscaler's decision state.
+	Scale autoscale.State `json:"scale,omitzero"`
 }
 
 // fleetRuntime is the controller's per-fleet memory between passes.
@@ -51,6 +57,9 @@ type fleetRuntime struct {
 	lastPass    time.Time
 	plan        reconcile.Plan
 	silentSince map[string]time.Time // running nodes missing from the rendezvous
+	// view is the API's copy of the training progress and the size
+	// decision (autoscaler.go); read under rtMu.
+	view *scaleView
 }
 
 func runtimeKey(fleet string) string { return "runtime/" + fleet }
@@ -140,7 +149,9 @@ func (d *Daemon) HandleNotice(ctx context.Context, fleetName string, n interrupt
 		d.notifyEvents()
 	}
 	if n.Kind.Terminal() && d.rz() != nil {
-		if err := d.rz().Exclude(ctx, fleetName, n.Node, string(n.Kind)+" notice"); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
+		// The deadline travels with the round change: every node's workers
+		// bound their checkpoint by it (docs/agent.md, "Checkpoint on notice").
+		if err := d.rz().ExcludeUntil(ctx, fleetName, n.Node, string(n.Kind)+" notice", n.Deadline); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
 			d.log.Warn("rendezvous exclude", "fleet", fleetName, "node", n.Node, "err", err)
 		}
 	}
@@ -282,6 +293,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
 		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
 		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: d.params}
+	in.Move = d.moveCost(fl)
 	names := make([]string, 0, len(provNames))
 	for n := range provNames {
 		names = append(names, n)
@@ -296,7 +308,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		insts, err := p.List(lctx, cfg, map[string]string{providers.TagFleet: f.Name})
 		cancel()
-		d.countProviderCall(name, "list", err)
+		d.countProviderCallIn(name, "list", callRegion(err, "", cfg), err)
 		if err != nil {
 			d.log.Warn("provider list failed", "fleet", f.Name, "provider", name, "err", err)
 		} else {
@@ -315,7 +327,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			o, err := p.Offerings(octx, cfg)
 			cancel()
-			d.countProviderCall(name, "offerings", err)
+			d.countProviderCallIn(name, "offerings", callRegion(err, "", cfg), err)
 			if err != nil {
 				d.log.Warn("provider offerings failed", "fleet", f.Name, "provider", name, "err", err)
 			} else {
@@ -332,8 +344,10 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	}
 
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
+	var rst *rendezvous.Status
 	if d.rz() != nil {
 		if st, err := d.rz().Status(f.Name); err == nil {
+			rst = &st
 			member := make(map[string]bool, len(st.Members))
 			in.Joined = make(map[string]bool, len(st.Members))
 			for _, m := range st.Members {
@@ -403,12 +417,15 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	if rt.Progress.Start.IsZero() {
 		rt.Progress.Start = f.CreatedAt
 	}
-	if !rt.lastPass.IsZero() && d.rz() != nil && fl.MaxNodes > 0 {
-		if st, err := d.rz().Status(f.Name); err == nil && st.State == rendezvous.RoundClosed && st.Nodes >= fl.MinNodes {
-			rt.Progress.Done += time.Duration(float64(now.Sub(rt.lastPass)) * float64(st.Nodes) / float64(fl.MaxNodes))
+	if !rt.lastPass.IsZero() && rst != nil && fl.MaxNodes > 0 {
+		if st := rst; st.State == rendezvous.RoundClosed && st.Nodes >= fl.MinNodes {
+			rt.Progress.Done += time.Duration(float64(now.Sub(rt.lastPass)) * progressRate(rt, st.Round, st.Nodes, fl.MaxNodes))
 		}
 	}
 	in.Progress = rt.Progress
+	if !f.Destroying && !f.Completed {
+		d.autoscale(ctx, f, fl, rt, nodes, rst, &in)
+	}
 	// Account instance-hours per offering for the interruption rates;
 	// saveRuntime writes them to the offering records.
 	if !rt.lastPass.IsZero() {
@@ -438,10 +455,29 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	return nil
 }
 
+// progressRate is how fast work (time at max_nodes) advances in a closed
+// round of nodes: the measured throughput over max_nodes' when the
+// workers report progress and the autoscaler knows both, else nodes over
+// max_nodes (every node counted alike: round timing).
+func progressRate(rt *fleetRuntime, round, nodes, maxNodes int) float64 {
+	lin := float64(nodes) / float64(maxNodes)
+	tr := rt.Training
+	if tr == nil || tr.Latest == nil || tr.Latest.Round != round || tr.Latest.SamplesPerSec <= 0 || rt.view == nil {
+		return lin
+	}
+	for _, o := range rt.view.decision.Options {
+		if o.Nodes == maxNodes && o.SamplesPerSec > 0 {
+			return min(tr.Latest.SamplesPerSec/o.SamplesPerSec, 2)
+		}
+	}
+	return lin
+}
+
 // decisions is the saved runtime without what accumulates every pass.
 func (rt *fleetRuntime) decisions() []byte {
 	c := rt.savedRuntime
 	c.Progress.Done = 0
+	c.Training = nil
 	b, _ := json.Marshal(c)
 	return b
 }
@@ -538,6 +574,7 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 			return err
 		}
 		_ = tx.SetMeta(runtimeKey(name), nil)
+		_ = tx.SetMeta(spendForgottenKey(name), nil)
 		_, err = tx.AppendEvent(state.Event{Fleet: name, Type: "fleet.destroyed", Message: fmt.Sprintf("fleet %s destroyed", name)})
 		return err
 	})
@@ -550,6 +587,7 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 	d.rtMu.Lock()
 	delete(d.runtimes, name)
 	d.rtMu.Unlock()
+	d.forgetCheckpoints(name)
 	return nil
 }
 
@@ -566,6 +604,25 @@ func transitionEvent(n state.Node, from state.NodeState, reason string) state.Ev
 	return state.Event{Fleet: n.Fleet, Node: n.ID, Type: "node.transition",
 		Message: fmt.Sprintf("%s → %s: %s", from, n.State, reason),
 		Data:    map[string]string{"from": string(from), "to": string(n.State), "offering": n.Offering.Key()}}
+}
+
+// putLaunchOutcomeTx is putNodeTx for a launch's outcome. A launch the
+// market refused (capacity, quota: the offering is marked unavailable) says
+// so in its event, so the boot-failure alert, which is about images and
+// setup, does not count it; those conditions have alerts of their own.
+func putLaunchOutcomeTx(tx state.Tx, res reconcile.LaunchResult, from state.NodeState) error {
+	if err := tx.PutNode(res.Node); err != nil {
+		return err
+	}
+	if from == res.Node.State {
+		return nil
+	}
+	ev := transitionEvent(res.Node, from, res.Node.Reason)
+	if res.Mark != nil {
+		ev.Data["unavailable"] = string(res.Mark.Kind)
+	}
+	_, err := tx.AppendEvent(ev)
+	return err
 }
 
 // putNodeTx stores a node with its transition event.
@@ -649,7 +706,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			err = p.Delete(tctx, cfg, a.InstanceID)
 			cancel()
-			d.countProviderCall(a.Provider, "delete", err)
+			d.countProviderCallIn(a.Provider, "delete", callRegion(err, "", cfg), err)
 			if err != nil {
 				d.log.Warn("terminate failed; retried next pass", "node", a.NodeID, "instance", a.InstanceID, "err", err)
 			}
@@ -659,7 +716,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 				continue
 			}
 			err = p.Delete(ctx, cfg, a.Instance.ID)
-			d.countProviderCall(a.Instance.Offering.Provider, "delete", err)
+			d.countProviderCallIn(a.Instance.Offering.Provider, "delete", callRegion(err, a.Instance.Offering.Region, cfg), err)
 			d.appendEvent(ctx, state.Event{Fleet: f.Name, Type: "orphan.deleted", Message: a.String(), Data: map[string]string{"instance": a.Instance.ID}})
 		case reconcile.MarkUnavailable:
 			if err := d.markUnavailable(ctx, a, now); err != nil {
@@ -675,6 +732,13 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 			}
 		case reconcile.ForgetNode:
 			if err := d.update(ctx, func(tx state.Tx) error {
+				// Its spend moves to the fleet's persisted total, so
+				// fleetd_spend_usd_total does not drop with the record.
+				if n, err := tx.Node(f.Name, a.NodeID); err == nil {
+					if err := addSpendForgotten(tx, n, now); err != nil {
+						return err
+					}
+				}
 				if err := tx.DeleteNode(f.Name, a.NodeID); err != nil && !errors.Is(err, state.ErrNotFound) {
 					return err
 				}
@@ -884,7 +948,7 @@ func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l re
 			})
 			cancel()
 		}
-		d.countProviderCall(l.Offering.Provider, "create", err)
+		d.countProviderCallIn(l.Offering.Provider, "create", callRegion(err, l.Offering.Region, cfg), err)
 	}
 	free() // the provider call is done: the next launch may start
 	after := d.now()
@@ -894,7 +958,7 @@ func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l re
 	// storm launches hundreds, and every commit waits for the one before).
 	done := make(chan error, 1)
 	outcomes <- groupedUpdate{done: done, fn: func(tx state.Tx) error {
-		if err := putNodeTx(tx, res.Node, prov.State, res.Node.Reason); err != nil {
+		if err := putLaunchOutcomeTx(tx, res, prov.State); err != nil {
 			return err
 		}
 		if res.Mark != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
+	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/intake"
@@ -45,6 +46,9 @@ type Options struct {
 	Tick time.Duration
 	// Params tune the reconciler (zero values mean its defaults).
 	Params reconcile.Params
+	// Autoscale tunes the goodput autoscaler; zero fields take the
+	// config's autoscale block, then the defaults.
+	Autoscale autoscale.Params
 	// PollInterval is how often provider-side interruption sources (GCE
 	// zone operations) are polled; default 10s.
 	PollInterval time.Duration
@@ -74,6 +78,8 @@ type Daemon struct {
 	// agents are the agent binaries nodes download, by architecture;
 	// indexed at start (agentbinaries.go).
 	agents *bootstrap.AgentIndex
+	// ckpts holds the checkpoint stores' buckets and reports (checkpoints.go).
+	ckpts ckptRegistry
 
 	api      *api.Server
 	listener net.Listener
@@ -89,8 +95,10 @@ type Daemon struct {
 	// a cluster replaces it with one loaded from the store (rz reads it).
 	rdzv   atomic.Pointer[rendezvous.Service]
 	params reconcile.Params
-	stats  *recoveryStats
-	logs   logRing
+	// autoscaleParams tune the goodput autoscaler (autoscaler.go).
+	autoscaleParams autoscale.Params
+	stats           *recoveryStats
+	logs            logRing
 	// metrics is the Prometheus registry behind /metrics; tally counts
 	// interruptions and boot failures from the event log (stats.go).
 	metrics *Metrics
@@ -146,6 +154,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
 	}
+	d.autoscaleParams = mergeAutoscale(opts.Autoscale, cfg.Autoscale.Params())
 	if d.params.MaxLaunchesPerPass == 0 {
 		// The reconciler's default (8) paces growth; replacements after an
 		// interruption storm must not queue behind it. Launches run 16 at a
@@ -180,6 +189,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	d.indexAgents()
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
+	d.metrics.reg.MustRegister(checkpointCollector{d})
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.verifyScopedToken
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

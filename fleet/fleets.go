@@ -17,6 +17,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/rendezvous"
 )
 
 type cachedSpec struct {
@@ -225,9 +226,41 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	}
 	// Provider calls happen outside the transaction: they can be slow.
 	for i, fl := range file.Fleets {
-		d.planOfferings(ctx, fl, &p.Fleets[i])
+		d.planScaling(fl, &p.Fleets[i]) // the autoscaler's target first: offerings are planned for it
+		if err := d.planOfferings(ctx, fl, &p.Fleets[i]); err != nil {
+			return api.Plan{}, err
+		}
 	}
 	return p, nil
+}
+
+// planScaling adds the autoscaler's view to a fleet's plan: its current
+// decision and model for a fleet that runs, how it will start otherwise.
+func (d *Daemon) planScaling(fl *spec.Fleet, fp *api.FleetPlan) {
+	if fp.Action != api.ActionCreate {
+		if _, si := d.trainingInfo(fl.Name, d.now()); si != nil {
+			fp.Scaling = si
+			if fl.DesiredNodes == 0 && fl.Placement.ScalePolicy() == spec.ScaleGoodput && si.Target >= fl.MinNodes && si.Target <= fl.MaxNodes {
+				fp.TargetNodes = si.Target
+				fp.Launch, fp.Terminate = max(fp.TargetNodes-fp.CurrentNodes, 0), max(fp.CurrentNodes-fp.TargetNodes, 0)
+			}
+			return
+		}
+	}
+	si := &api.ScalingInfo{Policy: string(fl.Placement.ScalePolicy()), Target: fl.TargetNodes()}
+	switch {
+	case fl.DesiredNodes > 0:
+		si.Reason, si.Explain = "pinned", fmt.Sprintf("desired_nodes pins %d nodes", fl.DesiredNodes)
+	case fl.Placement.ScalePolicy() == spec.ScaleMax:
+		si.Reason, si.Explain = "max", fmt.Sprintf("placement.scale = \"max\": %d nodes (max_nodes)", fl.MaxNodes)
+	case fl.MinNodes == fl.MaxNodes:
+		si.Reason, si.Explain = "fixed", fmt.Sprintf("min_nodes = max_nodes = %d", fl.MaxNodes)
+	default:
+		si.Reason = "starting"
+		si.Explain = fmt.Sprintf("starts at %d nodes (max_nodes), then sizes the fleet within [%d, %d] by the throughput its workers report (FLEETD_PROGRESS) and the price",
+			fl.MaxNodes, fl.MinNodes, fl.MaxNodes)
+	}
+	fp.Scaling = si
 }
 
 // Apply implements api.Backend: store every fleet of the file (a new
@@ -316,11 +349,15 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
 	if fl != nil {
 		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
+		s.Checkpoint = d.checkpointStatus(f.Name, fl.Training.Checkpoint, d.now())
+		if s.Checkpoint != nil {
+			s.Checkpoint.Moves = checkpointMoves(d.moveCost(fl), fl.TargetNodes())
+		}
 	}
 	if f.Destroying || f.Completed {
 		s.TargetNodes = 0
 	}
-	s.Completed, s.Succeeded = f.Completed, f.Succeeded
+	s.Completed, s.Succeeded, s.CompletedDetail = f.Completed, f.Succeeded, f.CompletedDetail
 	nodes, err := tx.Nodes(f.Name)
 	if err != nil {
 		return s, err
@@ -378,6 +415,22 @@ func (d *Daemon) withLive(s api.FleetSummary) api.FleetSummary {
 	s.Interruptions, _ = d.tally.interruptions(s.Name)
 	s.AlertCount = len(d.alerts(s.Name))
 	d.currentPrices(&s)
+	if !s.Completed && !s.Destroying {
+		s.Training, s.Scaling = d.trainingInfo(s.Name, d.now())
+		if s.Training != nil {
+			s.Training.History = nil // FleetDetail only
+		}
+		if s.Scaling != nil {
+			s.TargetNodes = s.Scaling.Target
+			s.Scaling.Options, s.Scaling.Model = nil, nil
+		}
+	} else if s.Completed {
+		// The finished job's last progress stays visible.
+		s.Training, _ = d.trainingInfo(s.Name, d.now())
+		if s.Training != nil {
+			s.Training.History, s.Training.ETA, s.Training.ETASeconds = nil, nil, 0
+		}
+	}
 	return s
 }
 
@@ -455,9 +508,56 @@ func (d *Daemon) Fleet(ctx context.Context, name string) (api.FleetDetail, error
 		return det, err
 	}
 	det.FleetSummary = d.withLive(det.FleetSummary)
+	if det.Training != nil || det.Scaling != nil {
+		// The detail carries the history, the options and the model.
+		ti, si := d.trainingInfo(name, d.now())
+		if det.Training != nil && ti != nil {
+			det.Training.History = ti.History
+		}
+		if det.Scaling != nil && si != nil {
+			det.Scaling.Options, det.Scaling.Model = si.Options, si.Model
+		}
+	}
+	d.withMembers(name, det.Nodes)
 	det.Recoveries, det.Alerts = d.recoveries(name), d.alerts(name)
 	_, det.RecentInterruptions = d.tally.interruptions(name)
 	return det, nil
+}
+
+// withMembers adds what the rendezvous knows of the fleet's nodes: their
+// place in it, the round they are assigned in, their agents' last
+// heartbeat and what it said of the workers. The node records only hold
+// the agent's last registration.
+func (d *Daemon) withMembers(fleet string, nodes []api.NodeInfo) {
+	if d.rz() == nil || (d.cl != nil && !d.cl.isLeader()) {
+		return
+	}
+	st, err := d.rz().Status(fleet)
+	if err != nil {
+		return
+	}
+	byID := make(map[string]*api.NodeInfo, len(nodes))
+	for i := range nodes {
+		byID[nodes[i].ID] = &nodes[i]
+	}
+	for _, m := range st.Members {
+		n := byID[m.NodeID]
+		if n == nil {
+			continue
+		}
+		n.RendezvousState, n.Workers, n.WorkerRound = string(m.State), m.Workers, m.WorkerRound
+		if hb := m.LastHeartbeat; !hb.IsZero() && (n.LastHeartbeat == nil || hb.After(*n.LastHeartbeat)) {
+			n.LastHeartbeat = &hb
+		}
+		if m.State == rendezvous.NodeAssigned {
+			n.Round = int64(st.Round)
+		}
+	}
+	for _, ex := range st.Excluded {
+		if n := byID[ex.NodeID]; n != nil {
+			n.RendezvousState = string(rendezvous.NodeExcluded)
+		}
+	}
 }
 
 func nodeInfo(n state.Node, now time.Time) api.NodeInfo {

@@ -22,7 +22,7 @@ func exportedFamilies(t *testing.T) map[string]bool {
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, c := range []prometheus.Collector{m.interruptions, m.nodeFailures, m.recovery, m.reconcile, m.providerCalls, m.providerErrors, m.roundLatency, newFleetCollector(nil)} {
+		for _, c := range []prometheus.Collector{m.interruptions, m.nodeFailures, m.recovery, m.reconcile, m.providerCalls, m.providerErrors, m.roundLatency, newFleetCollector(nil), newOpsCollector(nil)} {
 			c.Describe(ch)
 		}
 		close(ch)
@@ -53,7 +53,8 @@ var (
 func init() {
 	for _, k := range strings.Fields(`sum by without on ignoring group_left group_right and or unless offset bool
 		rate irate increase histogram_quantile count avg min max topk bottomk label_values le
-		__rate_interval __interval job instance fleet state capacity_type kind source from provider op version`) {
+		__rate_interval __interval job instance fleet state capacity_type kind source from provider op version nodes
+		region outcome`) {
 		promKeyword[k] = true
 	}
 }

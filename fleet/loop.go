@@ -98,9 +98,9 @@ func (s rdzvStore) LoadAll(ctx context.Context) (map[string]rendezvous.Snapshot,
 
 // planOfferings fills the offerings part of a plan: where the fleet would
 // launch and what it would cost per hour, from the providers' live market.
-func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.FleetPlan) {
+func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.FleetPlan) error {
 	if d.opts.Providers == nil || fp.Action == api.ActionDestroy {
-		return
+		return nil
 	}
 	records := map[string]state.OfferingRecord{}
 	_ = d.store.View(ctx, func(tx state.Tx) error {
@@ -120,6 +120,11 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		o, err := p.Offerings(octx, providers.Config{Fleet: fl.Name, Raw: pb.Config})
 		cancel()
+		if providers.IsAuth(err) {
+			// Bad credentials are not a market condition to plan around:
+			// the plan fails and says which provider block to fix.
+			return fmt.Errorf("fleet %q, provider %s: %w (fix the credentials, then check with `fleetd check`)", fl.Name, pb.Name, err)
+		}
 		if err != nil {
 			fp.Notes = append(fp.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
 			continue
@@ -131,14 +136,15 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	}
 	if len(offs) == 0 {
 		fp.Notes = append(fp.Notes, "no offerings from any provider")
-		return
+		return nil
 	}
 	capDec := placement.Decision{Spot: fl.Node.Spot, OnDemand: !fl.Node.Spot, OnDemandLimit: -1}
 	ch := placement.Choose(placement.ChooseInput{Fleet: fl, Offerings: offs, Records: records, Now: d.now(),
-		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true, Outlook: d.spotOutlook(ctx, d.now())})
+		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true, Outlook: d.spotOutlook(ctx, d.now()),
+		Move: d.moveCost(fl)})
 	if ch.Group == "" {
 		fp.Notes = append(fp.Notes, "no offering group can hold min_nodes now: "+ch.Reason)
-		return
+		return nil
 	}
 	byKey := map[string]*api.PlannedOffering{}
 	var order []string
@@ -161,6 +167,11 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 		fp.Notes = append(fp.Notes, "placement: "+ch.Reason)
 	}
 	fp.Notes = append(fp.Notes, placement.ExplainLaunch(ch)...)
+	if ch.Move != nil {
+		fp.Notes = append(fp.Notes, fmt.Sprintf("moving the job here: %s; $%.2f in all, $%.3f per GPU-hour over the move horizon (egress prices: %s, as of %s)",
+			ch.Move, ch.Move.TotalUSD(), ch.Move.PerGPUHour, d.moveCost(fl).Egress.Source, placement.DefaultEgress.AsOf))
+	}
+	return nil
 }
 
 // signalNotes lists, once each, why a provider's capacity signals are

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,7 @@ func newMetrics(fleets prometheus.Collector, version string) *Metrics {
 		}, []string{"fleet", "from"}),
 		recovery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleetd_recovery_duration_seconds",
-			Help:    "Measured recoveries: kind=survivors-running is notice → the survivors' next rendezvous round closed; kind=replacement-joined is launch requested → the node's agent registered.",
+			Help:    "Measured recoveries: kind=round-reformed is notice → the survivors' next rendezvous round closed; kind=training-resumed is notice → the survivors' workers report progress again (FLEETD_PROGRESS); kind=replacement-joined is launch requested → the node's agent registered.",
 			Buckets: recoveryBuckets,
 		}, []string{"fleet", "kind"}),
 		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -63,8 +64,8 @@ func newMetrics(fleets prometheus.Collector, version string) *Metrics {
 		}, []string{"provider", "op"}),
 		providerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_provider_errors_total",
-			Help: "Provider API calls that returned an error, by provider and operation.",
-		}, []string{"provider", "op"}),
+			Help: "Provider API calls that returned an error, by provider, operation, region (empty for a call spanning several regions that named none) and kind (insufficient-capacity, quota, not-found, invalid-config, transient, unclassified, ...).",
+		}, []string{"provider", "op", "region", "kind"}),
 		roundLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleetd_rendezvous_round_latency_seconds",
 			Help:    "Rendezvous round latency: round opened → closed.",
@@ -81,6 +82,9 @@ func newMetrics(fleets prometheus.Collector, version string) *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if fleets != nil {
 		m.reg.MustRegister(fleets)
+		if fc, ok := fleets.(*fleetCollector); ok {
+			m.reg.MustRegister(newOpsCollector(fc.d))
+		}
 	}
 	return m
 }
@@ -99,6 +103,8 @@ type fleetCollector struct {
 	d *Daemon
 
 	nodes, spendRate, spend, onDemandEq, worldSize, round, alerts, target *prometheus.Desc
+	// Training progress (FLEETD_PROGRESS reports) and the autoscaler.
+	samplesRate, stepsRate, step, samples, totalSteps, eta, loss, reportAge, sizeRate *prometheus.Desc
 }
 
 func newFleetCollector(d *Daemon) *fleetCollector {
@@ -111,11 +117,22 @@ func newFleetCollector(d *Daemon) *fleetCollector {
 		worldSize:  prometheus.NewDesc("fleetd_rendezvous_world_size", "World size (total worker processes) of the fleet's current rendezvous round; 0 while none is closed.", []string{"fleet"}, nil),
 		round:      prometheus.NewDesc("fleetd_rendezvous_round", "Number of the fleet's current rendezvous round.", []string{"fleet"}, nil),
 		alerts:     prometheus.NewDesc("fleetd_alerts", "Active alerts by fleet and kind (quota, no-capacity, repeated-boot-failures, ...).", []string{"fleet", "kind"}, nil),
+
+		samplesRate: prometheus.NewDesc("fleetd_training_samples_per_second", "Training throughput of the fleet's latest round, from its workers' progress reports (FLEETD_PROGRESS); absent without reports.", []string{"fleet"}, nil),
+		stepsRate:   prometheus.NewDesc("fleetd_training_steps_per_second", "Optimizer steps per second of the fleet's latest round, from its workers' progress reports.", []string{"fleet"}, nil),
+		step:        prometheus.NewDesc("fleetd_training_step", "The job's latest reported optimizer step.", []string{"fleet"}, nil),
+		samples:     prometheus.NewDesc("fleetd_training_samples", "Samples (or tokens) the job reports having processed in all.", []string{"fleet"}, nil),
+		totalSteps:  prometheus.NewDesc("fleetd_training_total_steps", "The step the job ends at, when its workers report it.", []string{"fleet"}, nil),
+		eta:         prometheus.NewDesc("fleetd_training_eta_seconds", "Seconds until the job reaches its total steps at the current step rate; absent when unknown.", []string{"fleet"}, nil),
+		loss:        prometheus.NewDesc("fleetd_training_loss", "The job's latest reported loss; absent when the workers report none.", []string{"fleet"}, nil),
+		reportAge:   prometheus.NewDesc("fleetd_training_report_age_seconds", "Age of the job's latest progress report.", []string{"fleet"}, nil),
+		sizeRate:    prometheus.NewDesc("fleetd_autoscale_samples_per_second", "The autoscaler's throughput per fleet size: measured (source=measured) or the scaling model's prediction (source=model).", []string{"fleet", "nodes", "source"}, nil),
 	}
 }
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.nodes, c.target, c.spendRate, c.spend, c.onDemandEq, c.worldSize, c.round, c.alerts} {
+	for _, d := range []*prometheus.Desc{c.nodes, c.target, c.spendRate, c.spend, c.onDemandEq, c.worldSize, c.round, c.alerts,
+		c.samplesRate, c.stepsRate, c.step, c.samples, c.totalSteps, c.eta, c.loss, c.reportAge, c.sizeRate} {
 		ch <- d
 	}
 }
@@ -171,12 +188,53 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.worldSize, prometheus.GaugeValue, float64(ws), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.round, prometheus.GaugeValue, float64(round), s.Name)
+		c.collectTraining(ch, s.Name)
 		byKind := map[string]int{}
 		for _, a := range d.alerts(s.Name) {
 			byKind[a.Kind]++
 		}
 		for k, v := range byKind {
 			ch <- prometheus.MustNewConstMetric(c.alerts, prometheus.GaugeValue, float64(v), s.Name, k)
+		}
+	}
+}
+
+// collectTraining emits a fleet's training gauges from its latest
+// progress report and the autoscaler's per-size figures.
+func (c *fleetCollector) collectTraining(ch chan<- prometheus.Metric, fleet string) {
+	now := c.d.now()
+	t, sc := c.d.trainingInfo(fleet, now)
+	if t != nil && t.Source == "reports" {
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, fleet)
+		}
+		g(c.samplesRate, t.SamplesPerSecond)
+		g(c.stepsRate, t.StepsPerSecond)
+		g(c.step, float64(t.Step))
+		g(c.samples, t.Samples)
+		if t.TotalSteps > 0 {
+			g(c.totalSteps, float64(t.TotalSteps))
+		}
+		if t.ETA != nil {
+			g(c.eta, t.ETASeconds)
+		}
+		if t.Loss != nil {
+			g(c.loss, *t.Loss)
+		}
+		if t.ReportedAt != nil {
+			g(c.reportAge, max(0, now.Sub(*t.ReportedAt).Seconds()))
+		}
+	}
+	if sc != nil {
+		for _, o := range sc.Options {
+			if o.SamplesPerSecond <= 0 {
+				continue
+			}
+			src := "model"
+			if o.Measured {
+				src = "measured"
+			}
+			ch <- prometheus.MustNewConstMetric(c.sizeRate, prometheus.GaugeValue, o.SamplesPerSecond, fleet, strconv.Itoa(o.Nodes), src)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func runInterruptionScenario(t *testing.T) *interruptionScenario {
 		for _, r := range td.recoveries("train") {
 			kinds[r.Kind] = true
 		}
-		return kinds["survivors-running"] && kinds["replacement-joined"]
+		return kinds["round-reformed"] && kinds["replacement-joined"]
 	})
 	waitFor(t, "the interruption tallied", 10*time.Second, func() bool {
 		n, _ := td.tally.interruptions("train")
@@ -272,13 +272,19 @@ func checkMetrics(t *testing.T, td *testDaemon) {
 		{"fleetd_spend_usd", f, dto.MetricType_GAUGE, func(v float64) bool { return v > 0 }, "> 0"},
 		{"fleetd_interruptions_total", map[string]string{"fleet": "train", "kind": "spot-interruption", "source": "agent/imds"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "1"},
 		{"fleetd_interruptions_total", map[string]string{"fleet": "train", "kind": "rebalance", "source": "agent/imds"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "1"},
-		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "survivors-running"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 1 }, "≥ 1 observation"},
+		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "round-reformed"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 1 }, "≥ 1 observation"},
 		{"fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": "replacement-joined"}, dto.MetricType_HISTOGRAM, func(v float64) bool { return v == 1 }, "1 observation (the replacement; first boots are not recoveries)"},
 		{"fleetd_reconcile_duration_seconds", f, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 2 }, "≥ 2 passes"},
 		{"fleetd_provider_calls_total", map[string]string{"provider": "mem", "op": "create"}, dto.MetricType_COUNTER, func(v float64) bool { return v >= 4 }, "≥ 4 creates"},
 		{"fleetd_provider_calls_total", map[string]string{"provider": "mem", "op": "list"}, dto.MetricType_COUNTER, func(v float64) bool { return v >= 2 }, "≥ 2 lists"},
 		{"fleetd_provider_errors_total", map[string]string{"provider": "mem", "op": "list"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "the 1 injected list failure"},
 		{"fleetd_provider_errors_total", map[string]string{"provider": "mem", "op": "create"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 0 }, "0"},
+		{"fleetd_provider_errors_total", map[string]string{"provider": "mem", "op": "list", "kind": "transient", "region": ""}, dto.MetricType_COUNTER, func(v float64) bool { return v == 1 }, "the injected failure, by its kind"},
+		{"fleetd_provider_errors_total", map[string]string{"provider": "mem", "op": "create", "region": "mem-1", "kind": "quota"}, dto.MetricType_COUNTER, func(v float64) bool { return v == 0 }, "0 from the first create in mem-1"},
+		{"fleetd_spend_usd_total", f, dto.MetricType_COUNTER, func(v float64) bool { return v > 0 }, "> 0"},
+		{"fleetd_min_nodes", f, dto.MetricType_GAUGE, func(v float64) bool { return v == 2 }, "2"},
+		{"fleetd_below_min_nodes", f, dto.MetricType_GAUGE, func(v float64) bool { return v == 0 }, "0 (3 running ≥ min 2)"},
+		{"fleetd_heartbeat_age_max_seconds", f, dto.MetricType_GAUGE, func(v float64) bool { return v >= 0 && v < 60 }, "a recent heartbeat"},
 		{"fleetd_rendezvous_round_latency_seconds", f, dto.MetricType_HISTOGRAM, func(v float64) bool { return v >= 2 }, "≥ 2 rounds"},
 		{"fleetd_rendezvous_world_size", f, dto.MetricType_GAUGE, func(v float64) bool { return v == 3 }, "3"},
 		{"fleetd_rendezvous_round", f, dto.MetricType_GAUGE, func(v float64) bool { return v >= 2 }, "≥ 2"},

@@ -338,6 +338,12 @@ func securityRoutes() []routeCase {
 		{"POST /v1/agent/{fleet}/{node}/notice", nodeScoped, 400, agent("notice", []byte(`{"kind":"not-a-kind","source":"test"}`))},
 		{"POST /v1/agent/{fleet}/{node}/logs", nodeScoped, 204, agent("logs", []byte(`{"round":1,"rank":0,"lines":["hello"]}`))},
 		{"POST /v1/agent/{fleet}/{node}/done", nodeScoped, 400, agent("done", []byte(`{"success":`))},
+		// Checkpoint store calls: a node signs, lists and prunes only its
+		// own fleet's keys; invalid requests are refused after the token.
+		{"POST /v1/agent/{fleet}/{node}/checkpoint/sign", nodeScoped, 400, agent("checkpoint/sign", []byte(`{"method":"DELETE","keys":["manifests/step-1.json"]}`))},
+		{"POST /v1/agent/{fleet}/{node}/checkpoint/list", nodeScoped, 400, agent("checkpoint/list", []byte(`{"prefix":"../other-fleet/"}`))},
+		{"POST /v1/agent/{fleet}/{node}/checkpoint/delete", nodeScoped, 400, agent("checkpoint/delete", []byte(`{"keys":[]}`))},
+		{"POST /v1/agent/{fleet}/{node}/checkpoint/report", nodeScoped, 200, agent("checkpoint/report", []byte(`{}`))},
 		// Only the node named in the URL (or the admin) may download the
 		// agent binary; the first 4 bytes are enough.
 		{"GET /v1/agent/binary", nodeScoped, 206, func(node string) (string, string, []byte) {

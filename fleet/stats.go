@@ -7,20 +7,24 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/autoscale"
+	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// recoveryStats tracks the two recovery durations fleetd promises to keep
-// short: notice → survivors running again (the next closed rendezvous
-// round), and replacement requested → joined.
+// recoveryStats tracks the recovery durations fleetd promises to keep
+// short: notice → the survivors' next rendezvous round closed, notice →
+// the survivors' workers training again (their first progress report of a
+// later round), and replacement requested → joined.
 type recoveryStats struct {
 	mu sync.Mutex
 	// pendingNotice: fleet → time of the oldest notice not yet followed by
-	// a closed round.
+	// a closed round; pendingResume: by the workers' next progress report.
 	pendingNotice map[string]time.Time
+	pendingResume map[string]time.Time
 	// launchAt: fleet/node → when its launch was requested.
 	launchAt map[string]time.Time
 	// Recoveries is the recent history, newest last.
@@ -41,13 +45,30 @@ type recoveryStats struct {
 type Recovery struct {
 	Fleet    string        `json:"fleet"`
 	Node     string        `json:"node,omitempty"`
-	Kind     string        `json:"kind"` // survivors-running | replacement-joined
+	Kind     string        `json:"kind"` // round-reformed | training-resumed | replacement-joined
 	Duration time.Duration `json:"duration"`
 	At       time.Time     `json:"at"`
+	// LostSteps (training-resumed) is how many steps the workers resumed
+	// behind the last one reported before.
+	LostSteps *int64 `json:"lost_steps,omitempty"`
 }
 
+// Recovery kinds.
+const (
+	// RecoveryRoundReformed: notice → the survivors' next rendezvous round
+	// closed (the daemon decided the new membership; the workers still
+	// restart after it).
+	RecoveryRoundReformed = "round-reformed"
+	// RecoveryTrainingResumed: notice → the survivors' workers report
+	// progress again in a later round (they loaded their checkpoint).
+	RecoveryTrainingResumed = "training-resumed"
+	// RecoveryReplacementJoined: launch requested → the node's agent
+	// registered.
+	RecoveryReplacementJoined = "replacement-joined"
+)
+
 func newRecoveryStats() *recoveryStats {
-	return &recoveryStats{pendingNotice: map[string]time.Time{}, launchAt: map[string]time.Time{}, reconcileDur: map[string]time.Duration{},
+	return &recoveryStats{pendingNotice: map[string]time.Time{}, pendingResume: map[string]time.Time{}, launchAt: map[string]time.Time{}, reconcileDur: map[string]time.Duration{},
 		calls: map[string]int{}, errs: map[string]int{}, onDemand: map[string]float64{}}
 }
 
@@ -69,7 +90,9 @@ func (d *Daemon) observeReconcile(fleet string, dur time.Duration) {
 	}
 }
 
-func (d *Daemon) countProviderCall(provider, op string, err error) {
+// countProviderCallIn counts a provider call made in region (see
+// callRegion); errors are labelled with their kind.
+func (d *Daemon) countProviderCallIn(provider, op, region string, err error) {
 	d.stats.mu.Lock()
 	d.stats.calls[provider+"/"+op]++
 	if err != nil {
@@ -78,11 +101,13 @@ func (d *Daemon) countProviderCall(provider, op string, err error) {
 	d.stats.mu.Unlock()
 	if d.metrics != nil {
 		d.metrics.providerCalls.WithLabelValues(provider, op).Inc()
-		// The error series exists from the first call, at 0, so error
-		// ratios work before the first error.
-		e := d.metrics.providerErrors.WithLabelValues(provider, op)
+		// The error series of every kind exist from the first call in a
+		// region, at 0, so increase() and error ratios see the first error.
+		for _, k := range errorKinds {
+			d.metrics.providerErrors.WithLabelValues(provider, op, region, k)
+		}
 		if err != nil {
-			e.Inc()
+			d.metrics.providerErrors.WithLabelValues(provider, op, region, errorKindLabel(err)).Inc()
 		}
 	}
 }
@@ -142,22 +167,48 @@ func (d *Daemon) noteJoined(fleet, node string, at time.Time) (time.Duration, bo
 	}
 	delete(d.stats.launchAt, fleet+"/"+node)
 	dur := at.Sub(t)
-	d.stats.add(Recovery{Fleet: fleet, Node: node, Kind: "replacement-joined", Duration: dur, At: at})
+	d.stats.add(Recovery{Fleet: fleet, Node: node, Kind: RecoveryReplacementJoined, Duration: dur, At: at})
 	if d.metrics != nil {
-		d.metrics.recovery.WithLabelValues(fleet, "replacement-joined").Observe(dur.Seconds())
+		d.metrics.recovery.WithLabelValues(fleet, RecoveryReplacementJoined).Observe(dur.Seconds())
 	}
 	return dur, true
 }
 
 func (d *Daemon) noteRunning(fleet string, n state.Node) {}
 
-// noteNotice starts a notice → survivors-running measurement.
+// noteNotice starts the notice → round-reformed and notice →
+// training-resumed measurements.
 func (d *Daemon) noteNotice(fleet string, at time.Time) {
 	d.stats.mu.Lock()
 	if _, ok := d.stats.pendingNotice[fleet]; !ok {
 		d.stats.pendingNotice[fleet] = at
 	}
+	if _, ok := d.stats.pendingResume[fleet]; !ok {
+		d.stats.pendingResume[fleet] = at
+	}
 	d.stats.mu.Unlock()
+}
+
+// noteTrainingResumed ends a pending notice → training-resumed
+// measurement when a round's first progress report comes after the notice.
+func (d *Daemon) noteTrainingResumed(fleet string, start autoscale.RoundStart) {
+	d.stats.mu.Lock()
+	defer d.stats.mu.Unlock()
+	t, ok := d.stats.pendingResume[fleet]
+	if !ok || start.At.Before(t) {
+		return
+	}
+	delete(d.stats.pendingResume, fleet)
+	dur := start.At.Sub(t)
+	r := Recovery{Fleet: fleet, Kind: RecoveryTrainingResumed, Duration: dur, At: start.At}
+	if start.HadPrev {
+		lost := start.LostSteps
+		r.LostSteps = &lost
+	}
+	d.stats.add(r)
+	if d.metrics != nil {
+		d.metrics.recovery.WithLabelValues(fleet, RecoveryTrainingResumed).Observe(dur.Seconds())
+	}
 }
 
 // noteRoundClosed ends a pending notice measurement for the fleet.
@@ -170,9 +221,9 @@ func (d *Daemon) noteRoundClosed(fleet string, at time.Time) (time.Duration, boo
 	}
 	delete(d.stats.pendingNotice, fleet)
 	dur := at.Sub(t)
-	d.stats.add(Recovery{Fleet: fleet, Kind: "survivors-running", Duration: dur, At: at})
+	d.stats.add(Recovery{Fleet: fleet, Kind: RecoveryRoundReformed, Duration: dur, At: at})
 	if d.metrics != nil {
-		d.metrics.recovery.WithLabelValues(fleet, "survivors-running").Observe(dur.Seconds())
+		d.metrics.recovery.WithLabelValues(fleet, RecoveryRoundReformed).Observe(dur.Seconds())
 	}
 	return dur, true
 }
@@ -191,7 +242,7 @@ func (d *Daemon) onRendezvous(fleet string, ev rendezvous.Event) {
 		e.Data["nodes"] = fmt.Sprint(ev.Nodes)
 		if dur, ok := d.noteRoundClosed(fleet, ev.At); ok {
 			e.Data["since_notice"] = dur.String()
-			e.Message += fmt.Sprintf("; survivors running %.2fs after the notice", dur.Seconds())
+			e.Message += fmt.Sprintf("; round re-formed %.2fs after the notice (the workers restart now)", dur.Seconds())
 		}
 	}
 	// Appending goes through a goroutine: the callback must not block on I/O
@@ -251,7 +302,7 @@ func (d *Daemon) recoveries(fleet string) []api.RecoveryInfo {
 	out := []api.RecoveryInfo{}
 	for _, r := range d.stats.Recoveries {
 		if r.Fleet == fleet {
-			out = append(out, api.RecoveryInfo{Kind: r.Kind, Node: r.Node, DurationSeconds: r.Duration.Seconds(), At: r.At})
+			out = append(out, api.RecoveryInfo{Kind: r.Kind, Node: r.Node, DurationSeconds: r.Duration.Seconds(), At: r.At, LostSteps: r.LostSteps})
 		}
 	}
 	return out
@@ -271,6 +322,7 @@ func (d *Daemon) alerts(fleet string) []api.AlertInfo {
 	if a, ok := d.tally.bootAlert(fleet, d.now()); ok {
 		out = append(out, a)
 	}
+	out = append(out, d.checkpointAlerts(fleet)...)
 	return out
 }
 
@@ -345,6 +397,11 @@ func (d *Daemon) tallyEvent(e state.Event) {
 		}
 		switch state.NodeState(from) {
 		case state.NodeRequested, state.NodeProvisioning, state.NodeBooting:
+			if k := placement.UnavailableKind(e.Data["unavailable"]); k == placement.UnavailableCapacity || k == placement.UnavailableQuota {
+				// The cloud had no capacity or quota: not a boot failure
+				// (the no-capacity and quota alerts say it).
+				break
+			}
 			ft := t.fleet(e.Fleet)
 			ft.bootFailures = append(ft.bootFailures, e.Time)
 			if len(ft.bootFailures) > 2*bootAlertCount {

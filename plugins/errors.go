@@ -63,6 +63,8 @@ func kindToCode(k providers.ErrorKind) codes.Code {
 		return codes.InvalidArgument
 	case providers.KindTransient:
 		return codes.Unavailable
+	case providers.KindAuth:
+		return codes.Unauthenticated
 	}
 	return codes.Unknown
 }

@@ -16,6 +16,9 @@ const (
 	KindNotFound      ErrorKind = "not-found"
 	KindInvalidConfig ErrorKind = "invalid-config"
 	KindTransient     ErrorKind = "transient" // throttled or temporarily unavailable: retry with backoff
+	// KindAuth: the credentials are missing, expired or rejected. Retrying
+	// does not help; a person must fix the credentials.
+	KindAuth ErrorKind = "auth"
 )
 
 // Error is a typed provider error. Offering, when set, names the offering
@@ -52,6 +55,7 @@ func QuotaExceeded(err error) *Error        { return newErr(KindQuota, err) }
 func NotFound(err error) *Error             { return newErr(KindNotFound, err) }
 func InvalidConfig(err error) *Error        { return newErr(KindInvalidConfig, err) }
 func Transient(err error) *Error            { return newErr(KindTransient, err) }
+func Auth(err error) *Error                 { return newErr(KindAuth, err) }
 
 // Errorf builds a typed error with a formatted cause.
 func Errorf(kind ErrorKind, format string, args ...any) *Error {
@@ -72,3 +76,4 @@ func IsQuota(err error) bool         { return KindOf(err) == KindQuota }
 func IsNotFound(err error) bool      { return KindOf(err) == KindNotFound }
 func IsInvalidConfig(err error) bool { return KindOf(err) == KindInvalidConfig }
 func IsTransient(err error) bool     { return KindOf(err) == KindTransient }
+func IsAuth(err error) bool          { return KindOf(err) == KindAuth }

@@ -25,6 +25,8 @@ type Exclusion struct {
 	NodeID string    `json:"node_id"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Deadline is when the node goes away (its notice's), if known.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 type member struct {
@@ -40,6 +42,10 @@ type member struct {
 	step        *int64
 	workers     string
 	reportedAt  time.Time
+	// progress is the last progress report (kept until a newer one),
+	// progressAt when it came.
+	progress   *Progress
+	progressAt time.Time
 }
 
 // Machine is one fleet's rendezvous round state machine. It is pure: no
@@ -89,6 +95,9 @@ type Machine struct {
 	// CauseNotice.
 	noticeRound  int
 	noticeReason string
+	// noticeDeadline is when the excluded node of noticeRound goes away,
+	// if its notice said.
+	noticeDeadline time.Time
 }
 
 // NewMachine starts a fleet's rendezvous with round 1 open.
@@ -223,6 +232,9 @@ func (m *Machine) Heartbeat(now time.Time, req HeartbeatRequest) (HeartbeatRespo
 	if mb := m.members[req.NodeID]; mb != nil && m.state != RoundFinished {
 		m.touch(mb, now)
 		mb.workerRound, mb.step, mb.workers, mb.reportedAt = req.Round, req.Step, req.Workers, now
+		if req.Progress != nil {
+			mb.progress, mb.progressAt = req.Progress, now
+		}
 	}
 	v := m.view(req.NodeID, false)
 	return HeartbeatResponse{Round: v.Round, RoundState: v.RoundState, State: v.State, HeartbeatMS: v.HeartbeatMS}, nil
@@ -263,6 +275,14 @@ func (m *Machine) Leave(now time.Time, node string) Effects {
 // bars it from rejoining while it drains. It may be called for a node that
 // is not (or not yet) a member.
 func (m *Machine) Exclude(now time.Time, node, reason string) Effects {
+	return m.ExcludeUntil(now, node, reason, time.Time{})
+}
+
+// ExcludeUntil is Exclude for a node whose notice names when it goes away:
+// the views of the round that replaces its running round carry the
+// deadline (View.NoticeDeadline), so every node's workers can bound their
+// checkpoint by it.
+func (m *Machine) ExcludeUntil(now time.Time, node, reason string, deadline time.Time) Effects {
 	var eff Effects
 	if m.state == RoundFinished {
 		return eff
@@ -270,13 +290,13 @@ func (m *Machine) Exclude(now time.Time, node, reason string) Effects {
 	if _, ok := m.excluded[node]; ok {
 		return eff
 	}
-	m.excluded[node] = Exclusion{NodeID: node, Reason: reason, At: now}
+	m.excluded[node] = Exclusion{NodeID: node, Reason: reason, At: now, Deadline: deadline}
 	eff.Changed, eff.Persist = true, true
 	eff.event(Event{Kind: EventMemberExcluded, At: now, Round: m.round, Node: node, Reason: reason})
 	if mb := m.members[node]; mb != nil && m.remove(mb, &eff) {
 		why := fmt.Sprintf("node %s excluded: %s", node, reason)
 		m.reform(now, why, &eff)
-		m.noticeRound, m.noticeReason = m.round, why
+		m.noticeRound, m.noticeReason, m.noticeDeadline = m.round, why, deadline
 	}
 	m.settle(now, &eff)
 	return eff
@@ -521,7 +541,7 @@ func (m *Machine) view(node string, withAssignment bool) View {
 		return v
 	}
 	if ex, ok := m.excluded[node]; ok {
-		v.State, v.Reason = NodeExcluded, ex.Reason
+		v.State, v.Reason, v.NoticeDeadline = NodeExcluded, ex.Reason, ex.Deadline
 		return v
 	}
 	mb := m.members[node]
@@ -540,7 +560,7 @@ func (m *Machine) view(node string, withAssignment bool) View {
 		}
 	}
 	if (v.State == NodeWaiting || v.State == NodeAssigned) && m.noticeRound == m.round {
-		v.Cause, v.Reason = CauseNotice, m.noticeReason
+		v.Cause, v.Reason, v.NoticeDeadline = CauseNotice, m.noticeReason, m.noticeDeadline
 	}
 	return v
 }

@@ -306,8 +306,14 @@ func (s *Service) Leave(ctx context.Context, fleet, node string) error {
 // Exclude removes a node at once (interruption notice) and bars it from
 // rejoining; a running round is re-formed without it immediately.
 func (s *Service) Exclude(ctx context.Context, fleet, node, reason string) error {
+	return s.ExcludeUntil(ctx, fleet, node, reason, time.Time{})
+}
+
+// ExcludeUntil is Exclude with the time the node goes away (its notice's
+// deadline; zero if unknown), which the views of the next round carry.
+func (s *Service) ExcludeUntil(ctx context.Context, fleet, node, reason string, deadline time.Time) error {
 	return s.mutate(fleet, func(fs *fleetState, now time.Time) error {
-		s.apply(fs, now, fs.m.Exclude(now, node, reason))
+		s.apply(fs, now, fs.m.ExcludeUntil(now, node, reason, deadline))
 		return nil
 	})
 }

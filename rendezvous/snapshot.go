@@ -35,6 +35,8 @@ type Snapshot struct {
 	// (NoticeReason); its views carry CauseNotice.
 	NoticeRound  int    `json:"notice_round,omitempty"`
 	NoticeReason string `json:"notice_reason,omitempty"`
+	// NoticeDeadline is when that round's excluded node goes away, if known.
+	NoticeDeadline time.Time `json:"notice_deadline,omitzero"`
 }
 
 // SnapshotMember is a member in a Snapshot.
@@ -52,7 +54,7 @@ func (m *Machine) Snapshot() Snapshot {
 		Round: m.round, State: m.state, Success: m.success,
 		OpenedAt: utc(m.openedAt), ClosedAt: utc(m.closedAt), FinishedAt: utc(m.finishedAt),
 		Deadline: utc(m.deadline), StandbyAt: utc(m.standbyAt), Seq: m.seq,
-		NoticeRound: m.noticeRound, NoticeReason: m.noticeReason,
+		NoticeRound: m.noticeRound, NoticeReason: m.noticeReason, NoticeDeadline: utc(m.noticeDeadline),
 	}
 	if len(m.order) > 0 {
 		s.Order = append([]string(nil), m.order...)
@@ -63,7 +65,7 @@ func (m *Machine) Snapshot() Snapshot {
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Seq < s.Members[j].Seq })
 	for _, ex := range m.excluded {
-		ex.At = utc(ex.At)
+		ex.At, ex.Deadline = utc(ex.At), utc(ex.Deadline)
 		s.Excluded = append(s.Excluded, ex)
 	}
 	sort.Slice(s.Excluded, func(i, j int) bool { return s.Excluded[i].NodeID < s.Excluded[j].NodeID })
@@ -100,7 +102,7 @@ func Restore(s Snapshot, now time.Time) (*Machine, error) {
 	m.round, m.state, m.success, m.seq = s.Round, s.State, s.Success, s.Seq
 	m.openedAt, m.closedAt, m.finishedAt = s.OpenedAt, s.ClosedAt, s.FinishedAt
 	m.deadline, m.standbyAt = s.Deadline, s.StandbyAt
-	m.noticeRound, m.noticeReason = s.NoticeRound, s.NoticeReason
+	m.noticeRound, m.noticeReason, m.noticeDeadline = s.NoticeRound, s.NoticeReason, s.NoticeDeadline
 	members := append([]SnapshotMember(nil), s.Members...)
 	sort.Slice(members, func(i, j int) bool { return members[i].Seq < members[j].Seq })
 	for i, sm := range members {

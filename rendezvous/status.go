@@ -49,6 +49,10 @@ type MemberStatus struct {
 	WorkerRound int    `json:"worker_round,omitempty"`
 	Step        *int64 `json:"step,omitempty"`
 	Workers     string `json:"workers,omitempty"`
+	// Progress is the node's last progress report, if any; ProgressAt
+	// is when the daemon received it.
+	Progress   *Progress `json:"progress,omitempty"`
+	ProgressAt time.Time `json:"progress_at,omitzero"`
 }
 
 // Status reports the machine's state. O(n log n); for operators, not for
@@ -86,6 +90,10 @@ func (m *Machine) Status() Status {
 			NodeID: mb.NodeID, Addr: mb.Addr, Zone: mb.Zone, Nproc: mb.Nproc,
 			JoinedAt: mb.joinedAt, LastHeartbeat: mb.lastSeen,
 			WorkerRound: mb.workerRound, Step: mb.step, Workers: mb.workers,
+		}
+		if mb.progress != nil {
+			p := *mb.progress
+			s.Progress, s.ProgressAt = &p, mb.progressAt
 		}
 		switch {
 		case m.state == RoundFinished:

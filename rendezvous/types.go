@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 	"unicode"
@@ -106,6 +107,65 @@ type HeartbeatRequest struct {
 	// Listening, from the master node (group rank 0), is the round whose
 	// MASTER_PORT one of its workers listens on (the TCPStore is up).
 	Listening int `json:"listening,omitempty"`
+	// Progress is the training progress the node's workers reported
+	// through FLEETD_PROGRESS (docs/agent.md, "Progress reports"); nil
+	// when they reported none.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is what a node's agent read from its workers' progress file
+// (FLEETD_PROGRESS, written by global rank 0) for one round: the latest
+// report and the throughput over the round so far. Times are ages, not
+// timestamps, so the node's and the daemon's clocks need not agree.
+type Progress struct {
+	// Round is the rendezvous round of the workers that wrote it, and
+	// Nodes and WorldSize its size.
+	Round     int `json:"round"`
+	Nodes     int `json:"nodes,omitempty"`
+	WorldSize int `json:"world_size,omitempty"`
+	// Step and Samples are the latest report's: optimizer steps and
+	// samples (or tokens) of the whole job so far.
+	Step    int64   `json:"step"`
+	Samples float64 `json:"samples"`
+	// Loss and TotalSteps are the latest report's, when given.
+	Loss       *float64 `json:"loss,omitempty"`
+	TotalSteps int64    `json:"total_steps,omitempty"`
+	// AgeMS is how long before the heartbeat the latest report was made.
+	AgeMS int64 `json:"age_ms"`
+	// FirstStep is the step of the round's first report (where the
+	// round's workers resumed, when they report before the first step),
+	// FirstAgeMS how long before the heartbeat it was made.
+	FirstStep  int64 `json:"first_step"`
+	FirstAgeMS int64 `json:"first_age_ms"`
+	// SamplesPerSec and StepsPerSec are the round's throughput over
+	// RateSeconds of reports, after its first interval (start-up) when it
+	// has three or more reports; 0 while there are fewer than two.
+	SamplesPerSec float64 `json:"samples_per_s,omitempty"`
+	StepsPerSec   float64 `json:"steps_per_s,omitempty"`
+	RateSeconds   float64 `json:"rate_seconds,omitempty"`
+	// Reports counts the round's valid reports.
+	Reports int `json:"reports"`
+}
+
+// Validate checks a progress report's bounds.
+func (p *Progress) Validate() error {
+	if p == nil {
+		return nil
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case p.Round < 0 || p.Nodes < 0 || p.WorldSize < 0 || p.Step < 0 || p.TotalSteps < 0 || p.FirstStep < 0 ||
+		p.AgeMS < 0 || p.FirstAgeMS < 0 || p.Reports < 0:
+		return errors.New("progress: round, sizes, steps, ages and reports must not be negative")
+	case !finite(p.Samples) || p.Samples < 0:
+		return errors.New("progress: samples must be a non-negative number")
+	case p.Loss != nil && !finite(*p.Loss):
+		return errors.New("progress: loss must be a finite number")
+	case !finite(p.SamplesPerSec) || !finite(p.StepsPerSec) || !finite(p.RateSeconds) ||
+		p.SamplesPerSec < 0 || p.StepsPerSec < 0 || p.RateSeconds < 0:
+		return errors.New("progress: rates must be non-negative numbers")
+	}
+	return nil
 }
 
 const maxWorkersLen = 64
@@ -121,7 +181,7 @@ func (r HeartbeatRequest) Validate() error {
 	if len(r.Workers) > maxWorkersLen {
 		return fmt.Errorf("workers must be at most %d bytes", maxWorkersLen)
 	}
-	return nil
+	return r.Progress.Validate()
 }
 
 // HeartbeatResponse is deliberately small (no member list): with thousands
@@ -155,6 +215,9 @@ type View struct {
 	// round that replaced a running round when their agents should act on
 	// why: CauseNotice. Empty for other changes (a lost node, a join).
 	Cause string `json:"cause,omitempty"`
+	// NoticeDeadline, with CauseNotice (and in an excluded node's view),
+	// is when the node with the notice goes away, if its notice said.
+	NoticeDeadline time.Time `json:"notice_deadline,omitzero"`
 	// Success is the job's outcome when State is finished.
 	Success bool `json:"success,omitempty"`
 	// HeartbeatMS is the interval the agent should heartbeat at.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,7 +18,7 @@ func init() {
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fset := newFlagSet("agent", stderr)
 	fset.SetOutput(stderr)
 	cfgPath := fset.String("config", agent.DefaultConfigPath, "agent config `file` (JSON, written by the bootstrap)")
 	root := fset.String("root", "", "`dir` the config's VM paths live under (set by the local provider; empty on a VM)")

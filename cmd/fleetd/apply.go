@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/spec"
 )
 
@@ -87,56 +87,141 @@ func printPlan(w io.Writer, p api.Plan) {
 		for _, n := range f.Notes {
 			fmt.Fprintf(w, "    note: %s\n", n)
 		}
+		printScaling(w, f.Scaling)
 	}
 }
 
+// printScaling renders the autoscaler's decision and model in a plan.
+func printScaling(w io.Writer, s *api.ScalingInfo) {
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "    size (scale = %s, %s): %s\n", s.Policy, s.Reason, s.Explain)
+	if m := s.Model; m != nil {
+		if m.Fixed {
+			fmt.Fprintf(w, "    model: one size measured (%v, %d rounds): %.4g node-seconds per sample there; other sizes are bounds only\n", m.Sizes, m.Points, m.A)
+		} else {
+			fmt.Fprintf(w, "    model: y(N) = N/X(N) = %.4g + %.4g·(N−1) node-seconds per sample (σ %.2g), fitted to sizes %v (%d rounds)", m.A, m.B, m.Sigma, m.Sizes, m.Points)
+			if m.CeilingSamplesPerSecond > 0 {
+				fmt.Fprintf(w, "; throughput ceiling %s", autoscale.Rate(m.CeilingSamplesPerSecond))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(s.Options) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "    NODES\tSAMPLES/S\tRANGE\tMEASURED\t$/H\t$/1M SAMPLES\tUSEFUL\tNOTE")
+	for _, o := range s.Options {
+		x, rng, meas, per := "-", "-", "-", "-"
+		if o.SamplesPerSecond > 0 {
+			x = fmt.Sprintf("%.4g", o.SamplesPerSecond)
+			per = fmt.Sprintf("%.4g", o.CostPerMillionSamples)
+		}
+		if o.High > 0 {
+			rng = fmt.Sprintf("%.4g–%.4g", o.Low, o.High)
+		}
+		if o.Measured {
+			meas = age(time.Duration(o.MeasuredSeconds * float64(time.Second)))
+		}
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%.2f\t%s\t%.0f%%\t%s\n", o.Nodes, x, rng, meas, o.CostPerHour, per, 100*o.Useful, o.Note)
+	}
+	tw.Flush()
+}
+
 func runPlan(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs := newFlagSet("plan", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
 	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd plan [-var NAME=VALUE] [-json] FILE")
+	varFiles := registerVars(fs, &vars)
+	detailed := fs.Bool("detailed-exitcode", false, "exit 0 when nothing would change, 1 on error, 2 when apply would change something")
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		fmt.Fprintln(stderr, "Usage: fleetd plan [-var NAME=VALUE] [-var-file FILE] [-detailed-exitcode] [-json] FILE")
+		if *detailed {
+			return exitError
+		}
 		return exitUsage
 	}
-	req, err := specRequest(fs.Arg(0), vars, stderr)
+	// With -detailed-exitcode every failure is 1, as in Terraform, so 2
+	// means only "changes".
+	fail := func(err error) int {
+		code := exitCode(stderr, err)
+		if *detailed && code != exitOK {
+			return exitError
+		}
+		return code
+	}
+	if err := varFiles.report(stderr); err != nil {
+		return fail(err)
+	}
+	req, err := specRequest(rest[0], vars, stderr)
 	if err != nil {
-		return exitCode(stderr, err)
+		return fail(err)
 	}
 	c, err := cf.client()
 	if err != nil {
-		return exitCode(stderr, err)
+		return fail(err)
 	}
 	p, err := c.Plan(context.Background(), req)
 	if err != nil {
-		return exitCode(stderr, daemonError(stderr, err))
+		return fail(daemonError(stderr, err))
 	}
 	if cf.json {
 		printJSON(stdout, p)
 	} else {
 		printPlan(stdout, p)
 	}
+	if *detailed && planChanges(p) {
+		return exitUsage // 2: changes, by -detailed-exitcode's convention
+	}
 	return exitOK
 }
 
+// planChanges says whether applying p would change anything: a fleet to
+// create, update or destroy, or nodes to launch or terminate.
+func planChanges(p api.Plan) bool {
+	for _, f := range p.Fleets {
+		if f.Action != api.ActionNoop || f.Launch > 0 || f.Terminate > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func runApply(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
+	return apply(args, os.Stdin, stdout, stderr)
+}
+
+// apply is the apply command with its confirmation read from in.
+func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("apply", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
 	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	varFiles := registerVars(fs, &vars)
 	auto := fs.Bool("auto-approve", false, "do not ask for confirmation")
 	wait := fs.Bool("wait", false, "follow progress until every fleet reaches its target")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with -wait: give up after this long")
 	skipCheck := fs.Bool("skip-check", false, "do not run the preflight (fleetd check -quick) before applying")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd apply [-auto-approve] [-wait] [-skip-check] [-var NAME=VALUE] [-json] FILE")
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		fmt.Fprintln(stderr, "Usage: fleetd apply [-auto-approve] [-wait] [-timeout D] [-skip-check] [-var NAME=VALUE] [-var-file FILE] [-json] FILE")
 		return exitUsage
 	}
-	req, err := specRequest(fs.Arg(0), vars, stderr)
+	if cf.json && !*auto {
+		// The plan and its question are for a person; a program reading
+		// JSON approves explicitly, as with terraform apply -json.
+		return exitCode(stderr, usageError{errors.New("-json needs -auto-approve")})
+	}
+	if err := varFiles.report(stderr); err != nil {
+		return exitCode(stderr, err)
+	}
+	req, err := specRequest(rest[0], vars, stderr)
 	if err != nil {
 		return exitCode(stderr, err)
 	}
@@ -154,7 +239,11 @@ func runApply(args []string, stdout, stderr io.Writer) int {
 		}
 		printPlan(stdout, p)
 		fmt.Fprint(stdout, "\nApply this plan? Only 'yes' is accepted: ")
-		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		line, rerr := bufio.NewReader(in).ReadString('\n')
+		if strings.TrimSpace(line) == "" && rerr != nil && !isTerminal(in) {
+			fmt.Fprintln(stdout)
+			return exitCode(stderr, errors.New("apply needs confirmation, and stdin is not a terminal: pass -auto-approve to apply without asking"))
+		}
 		if strings.TrimSpace(line) != "yes" {
 			fmt.Fprintln(stderr, "Apply cancelled.")
 			return exitError
@@ -167,6 +256,10 @@ func runApply(args []string, stdout, stderr io.Writer) int {
 	if cf.json && !*wait {
 		printJSON(stdout, resp)
 		return exitOK
+	}
+	if cf.json {
+		// -wait -json: a stream, one object a line, the apply result first.
+		printJSONLine(stdout, resp)
 	}
 	if *auto && !cf.json {
 		printPlan(stdout, resp.Plan)
@@ -183,54 +276,10 @@ func runApply(args []string, stdout, stderr io.Writer) int {
 	for _, f := range resp.Fleets {
 		names = append(names, f.Name)
 	}
-	if err := waitConverged(ctx, c, names, *timeout, stdout); err != nil {
+	if err := waitConverged(ctx, c, names, *timeout, cf.json, stdout); err != nil {
 		return exitCode(stderr, err)
 	}
 	return exitOK
-}
-
-// waitConverged shows progress (counts by state, elapsed) until every named
-// fleet has its target number of running nodes.
-func waitConverged(ctx context.Context, c *api.Client, names []string, timeout time.Duration, w io.Writer) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last, lastPrint := "", time.Time{}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		st, err := c.Status(ctx)
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		done := err == nil
-		var parts []string
-		for _, f := range st.Fleets {
-			if !contains(names, f.Name) {
-				continue
-			}
-			if f.NodesByState["running"] != f.TargetNodes {
-				done = false
-			}
-			parts = append(parts, progressLine(f))
-		}
-		line := strings.Join(parts, " | ")
-		// A line on every change, and now and then while nothing changes,
-		// so a long boot does not look like a hang.
-		if line != last || time.Since(lastPrint) >= 15*time.Second {
-			fmt.Fprintf(w, "[%6s] %s\n", time.Since(start).Truncate(time.Second), line)
-			last, lastPrint = line, time.Now()
-		}
-		if done {
-			fmt.Fprintf(w, "All fleets converged in %s.\n", time.Since(start).Truncate(time.Second))
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("fleets did not converge within %s (last: %s)", timeout, last)
-		case <-tick.C:
-		}
-	}
 }
 
 // progressLine is one fleet's progress while apply -wait follows it.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,7 +15,7 @@ func init() {
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs := newFlagSet("check", stderr)
 	var sf specFlags
 	sf.register(fs, stderr)
 	quick := fs.Bool("quick", false, "only the cheap checks `apply` runs before launching")

@@ -68,13 +68,14 @@ func age(d time.Duration) string {
 // daemon (check, offerings): the client flags, -var, and exactly one FILE.
 type specFlags struct {
 	clientFlags
-	vars varFlag
+	vars     varFlag
+	varFiles *varFiles
 }
 
 func (s *specFlags) register(fs *flag.FlagSet, stderr io.Writer) {
 	fs.SetOutput(stderr)
 	s.clientFlags.register(fs)
-	fs.Var(&s.vars, "var", "set a spec variable NAME=VALUE (repeatable)")
+	s.varFiles = registerVars(fs, &s.vars)
 }
 
 // parse parses args (flags may follow FILE), reads the spec and makes the
@@ -88,6 +89,9 @@ func (s *specFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer, usa
 		}
 		return req, nil, exitUsage, false
 	}
+	if err := s.varFiles.report(stderr); err != nil {
+		return req, nil, exitCode(stderr, err), false
+	}
 	if req, err = specRequest(rest[0], s.vars, stderr); err != nil {
 		return req, nil, exitCode(stderr, err), false
 	}
@@ -95,4 +99,10 @@ func (s *specFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer, usa
 		return req, nil, exitCode(stderr, err), false
 	}
 	return req, c, exitOK, true
+}
+
+// printJSONLine writes v as one line of JSON: the form of a stream of
+// objects (apply -wait -json, destroy -wait -json), one per line.
+func printJSONLine(w io.Writer, v any) {
+	_ = json.NewEncoder(w).Encode(v)
 }

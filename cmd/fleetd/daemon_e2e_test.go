@@ -186,7 +186,7 @@ func TestDaemonApplyStatusRestart(t *testing.T) {
 		t.Fatalf("events: %d %s", code, out)
 	}
 	// Destroy removes a fleet without nodes.
-	if _, errOut, code = d2.cli(t, bin, "destroy", name); code != 0 {
+	if _, errOut, code = d2.cli(t, bin, "destroy", "-auto-approve", name); code != 0 {
 		t.Fatalf("destroy: %d %s", code, errOut)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -27,10 +27,10 @@ const chromiumPath = "/usr/bin/chromium"
 // startDevDaemonIn runs `fleetd serve -dev` in dir ("" for the test's
 // own) on a fixed data dir, reads the exported address and token from its
 // output, waits for /healthz, and prints the daemon's log tail if the test
-// fails.
-func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string) *devDaemon {
+// fails. extra are more serve flags (-config).
+func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...string) *devDaemon {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "-dev", "-listen", addr, "-data-dir", dataDir)
+	cmd := exec.Command(bin, append([]string{"serve", "-dev", "-listen", addr, "-data-dir", dataDir}, extra...)...)
 	cmd.Dir = dir
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -112,7 +112,9 @@ func tail(s string, lines int) string {
 // pageState is what the test reads from the dashboard's DOM.
 type pageState struct {
 	Fleets        []string          `json:"fleets"`
-	Nodes         map[string]string `json:"nodes"` // id → state
+	Nodes         map[string]string `json:"nodes"`     // id → state
+	Instances     map[string]string `json:"instances"` // id → instance cell
+	Addresses     map[string]string `json:"addresses"` // id → address cell
 	Timeline      int               `json:"timeline"`
 	Interruptions string            `json:"interruptions"`
 	Conn          string            `json:"conn"`
@@ -123,11 +125,16 @@ type pageState struct {
 const readPage = `(() => {
   const q = (s) => Array.from(document.querySelectorAll(s));
   const nodes = {};
-  for (const r of q('#nodes tbody tr[data-node]')) nodes[r.dataset.node] = r.dataset.state;
+  const instances = {}, addresses = {};
+  for (const r of q('#nodes tbody tr[data-node]')) {
+    nodes[r.dataset.node] = r.dataset.state;
+    instances[r.dataset.node] = (r.querySelector('.node-instance') || {}).textContent || '';
+    addresses[r.dataset.node] = (r.querySelector('.node-address') || {}).textContent || '';
+  }
   const tl = document.getElementById('chart-interruptions');
   return {
     fleets: q('#fleets tbody tr[data-fleet]').map((r) => r.dataset.fleet),
-    nodes,
+    nodes, instances, addresses,
     timeline: Number(tl ? tl.getAttribute('data-count') : -1),
     interruptions: (document.getElementById('kpi-interruptions') || {}).textContent || '',
     conn: (document.getElementById('conn') || {}).textContent || '',
@@ -232,6 +239,26 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 		return len(s.Fleets) == 1 && s.Fleets[0] == "demo" && live == 3 && s.Conn == "live" && !s.LoginShown
+	})
+	// The node table names each launched node's instance and, once its
+	// agent registered, the address it gave: what an operator needs to
+	// find the VM and ssh to it.
+	waitPage("an instance id for each launched node and an address for each registered one", func(s pageState) bool {
+		seen := map[string]bool{}
+		for id, st := range s.Nodes {
+			inst, addr := s.Instances[id], s.Addresses[id]
+			switch st {
+			case "booting", "joined", "running":
+				if inst == "" || inst == "–" || seen[inst] {
+					return false
+				}
+				seen[inst] = true
+			}
+			if (st == "joined" || st == "running") && (addr == "" || addr == "–") {
+				return false
+			}
+		}
+		return len(seen) == 3
 	})
 	if ps.Timeline != 0 || ps.Interruptions != "0" {
 		t.Fatalf("interruptions before any was injected: %+v", ps)

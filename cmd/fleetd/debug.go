@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +26,7 @@ func runDebug(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: fleetd debug interrupt [-kind KIND] [-lead D] FLEET NODE")
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("debug interrupt", flag.ContinueOnError)
+	fs := newFlagSet("debug interrupt", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
@@ -56,7 +55,7 @@ func runDebug(args []string, stdout, stderr io.Writer) int {
 }
 
 func runLogs(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	fs := newFlagSet("logs", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
@@ -81,12 +80,19 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 		if err := c.Do(context.Background(), http.MethodGet, "/v1/fleets/"+url.PathEscape(rest[0])+"/logs", q, nil, &lines); err != nil {
 			return exitCode(stderr, err)
 		}
+		// The daemon keeps logs of a destroyed fleet and answers [] for a
+		// name it never saw: with no lines, make sure the fleet exists.
+		if len(lines) == 0 && last.IsZero() {
+			if err := fleetExists(c, rest[0]); err != nil {
+				return exitCode(stderr, err)
+			}
+		}
 		for _, l := range lines {
 			if !l.Time.After(last) && !last.IsZero() {
 				continue
 			}
 			if cf.json {
-				printJSON(stdout, l)
+				printJSONLine(stdout, l) // a stream: one line a line
 			} else {
 				fmt.Fprintf(stdout, "%s r%d/%d  %s\n", l.Node, l.Round, l.Rank, l.Line)
 			}
@@ -102,7 +108,7 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 }
 
 func runOfferings(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("offerings", flag.ContinueOnError)
+	fs := newFlagSet("offerings", stderr)
 	var sf specFlags
 	sf.register(fs, stderr)
 	all := fs.Bool("all", false, "also list excluded offerings")

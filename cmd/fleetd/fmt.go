@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -34,7 +33,7 @@ type fmtResult struct {
 }
 
 func runFmt(args []string, stdout, stderr io.Writer) int {
-	flags := flag.NewFlagSet("fmt", flag.ContinueOnError)
+	flags := newFlagSet("fmt", stderr)
 	flags.SetOutput(stderr)
 	var o fmtOptions
 	flags.BoolVar(&o.check, "check", false, "change no file; list unformatted files and exit 1 if there are any")

@@ -296,7 +296,7 @@ func TestHAThreeServers(t *testing.T) {
 	if !strings.Contains(out, next) {
 		t.Errorf("status does not name the new leader %s:\n%s", next, out)
 	}
-	if out, errOut, code := cli(rest, "destroy", "ha"); code != 0 {
+	if out, errOut, code := cli(rest, "destroy", "-auto-approve", "ha"); code != 0 {
 		t.Errorf("destroy: exit %d\n%s\n%s", code, out, errOut)
 	}
 	defer func() {

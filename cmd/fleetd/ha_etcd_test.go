@@ -146,7 +146,7 @@ cluster {
 	clients.Wait()
 	ops, known := hist.check(t)
 	t.Logf("linearizability: %d API operations checked (%d with a known outcome) across two etcd member losses", ops, known)
-	if out, errOut, code := runFleetd(t, bin, addrs, token, "destroy", "ext"); code != 0 {
+	if out, errOut, code := runFleetd(t, bin, addrs, token, "destroy", "-auto-approve", "ext"); code != 0 {
 		t.Errorf("destroy: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

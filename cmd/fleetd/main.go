@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 )
 
@@ -57,6 +56,9 @@ func exitCode(stderr io.Writer, err error) int {
 		return exitUsage
 	}
 	fmt.Fprintln(stderr, "Error:", err)
+	if h := errorHint(err); h != "" {
+		fmt.Fprintln(stderr, "Hint:", h)
+	}
 	return exitError
 }
 
@@ -64,18 +66,11 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: fleetd <command> [flags] [args]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
-	names := make([]string, 0, len(commands))
-	for n, c := range commands {
-		if !c.hidden {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range visibleCommands() {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].synopsis)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'fleetd <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "Run 'fleetd help <command>' (or 'fleetd <command> -h') for a command's usage, flags and examples.")
 }
 
 func main() {
@@ -83,12 +78,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelpFlag(args[0]) || (args[0] == "help" && len(args) == 1) {
 		usage(stdout)
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
+	}
+	// `fleetd help CMD [SUB]` is `fleetd CMD [SUB] -h`.
+	if args[0] == "help" {
+		args = append(args[1:], "-h")
 	}
 	name := strings.TrimPrefix(args[0], "--")
 	if name == "-version" || name == "-v" {
@@ -96,9 +95,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "fleetd: unknown command %q\n\n", args[0])
+		fmt.Fprintf(stderr, "fleetd: unknown command %q", args[0])
+		if s := suggest(name); s != "" {
+			fmt.Fprintf(stderr, "; did you mean %s?\n", s)
+			return exitUsage
+		}
+		fmt.Fprint(stderr, "\n\n")
 		usage(stderr)
 		return exitUsage
+	}
+	// Help is a success, printed on stdout, whatever the command would do
+	// with the flag itself.
+	if helpRequested(args[1:]) {
+		writeHelp(stdout, helpTopic(name, args[1:]))
+		return exitOK
 	}
 	return c.run(args[1:], stdout, stderr)
 }

@@ -134,20 +134,7 @@ fleet "moto" {
 		}
 		return fd.Nodes
 	}
-	live := func() []ec2types.Instance {
-		resp, err := w.moto.EC2("us-east-1").DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-			{Name: awssdk.String("tag:" + providers.TagFleet), Values: []string{"moto"}},
-			{Name: awssdk.String("instance-state-name"), Values: []string{"pending", "running"}},
-		}})
-		if err != nil {
-			t.Fatalf("moto DescribeInstances: %v", err)
-		}
-		var out []ec2types.Instance
-		for _, r := range resp.Reservations {
-			out = append(out, r.Instances...)
-		}
-		return out
-	}
+	live := func() []ec2types.Instance { return fleetInstances(t, ctx, w.moto, "moto") }
 	waitUntil(t, "2 instances in moto", 60*time.Second, func() bool { return len(live()) == 2 })
 
 	// What was launched, as moto recorded it.
@@ -218,7 +205,7 @@ fleet "moto" {
 		return !slices.ContainsFunc(live(), func(in ec2types.Instance) bool { return awssdk.ToString(in.InstanceId) == victim.InstanceID })
 	})
 
-	out, errOut, code = d.cli(t, bin, "destroy", "moto")
+	out, errOut, code = d.cli(t, bin, "destroy", "-auto-approve", "moto")
 	if code != 0 {
 		t.Fatalf("destroy (exit %d):\n%s\n%s", code, out, errOut)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/spec"
@@ -32,7 +29,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // serve runs the daemon until ctx is cancelled (SIGINT/SIGTERM for the
 // command; tests cancel it themselves).
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve", stderr)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "daemon config file (HCL)")
 	dev := fs.Bool("dev", false, "throwaway daemon: temporary data dir, local provider, token printed")
@@ -158,10 +155,6 @@ func newPluginManager(cfg fleet.Config, log *slog.Logger) *plugins.Manager {
 	for _, p := range cfg.Plugins {
 		sums[p.Name] = p.SHA256
 	}
-	level := hclog.Info
-	if strings.EqualFold(cfg.LogLevel, "debug") {
-		level = hclog.Debug
-	}
 	return plugins.NewManager(plugins.ManagerOptions{
 		Builtins:  builtinProviderNames(),
 		PluginDir: cfg.PluginDir,
@@ -170,7 +163,7 @@ func newPluginManager(cfg fleet.Config, log *slog.Logger) *plugins.Manager {
 			// Local nodes keep their files inside the daemon's data dir.
 			return []string{envLocalStateDir + "=" + filepath.Join(cfg.DataDir, "local")}
 		},
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugins", Level: level, Output: os.Stderr}),
+		Logger: pluginLogger(log, cfg.LogLevel),
 	})
 }
 

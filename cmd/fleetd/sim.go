@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,7 +34,7 @@ func (f *durationFlag) Set(s string) error {
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs := newFlagSet("sim", stderr)
 	fs.SetOutput(stderr)
 	traceDir := fs.String("trace", "", "trace `DIR` (default: the spec's sim provider block)")
 	specPath := fs.String("spec", "", "fleet spec `FILE` with a provider \"sim\" block (required)")
@@ -49,7 +48,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	results := fs.Bool("results", false, "with -json, include every window's result")
 	warm := fs.Bool("warm", false, "start each window's fleet with the spot market history of the trace before the window, as a long-running deployment would know it (default: from the prior, a fresh daemon)")
+	ckptGB := fs.Float64("checkpoint-gb", -1, "checkpoint size in GB restored at every (re)start, charged egress and restore time (default: the sim block's checkpoint_gb; 0: none)")
+	ckptRegion := fs.String("checkpoint-region", "", "region of the checkpoint store (default: the sim block's checkpoint_region, else the first zone's region)")
+	noEgress := fs.Bool("no-egress", false, "hide the checkpoint's egress from placement (still charged): the comparison run for -checkpoint-gb")
 	verbose := fs.Bool("v", false, "log every run's plan actions and rounds on stderr (use with -start and few policies)")
+	jobShapes := fs.String("job-shapes", "", "comma-separated job shapes (throughput per node count, docs/sim.md): near-linear, comm-bound, knee-4; "+
+		"compares the policies (default: fleetd at max_nodes and goodput, the autoscaler) per shape")
 	var work, deadline, changeover, latency, interval durationFlag
 	fs.Var(&work, "work", "job length at max_nodes (default: the spec's work)")
 	fs.Var(&deadline, "deadline", "deadline after each window's start (default: the spec's deadline minus the trace start)")
@@ -57,7 +61,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&latency, "launch-latency", "launch until the agent joins (default: the block's launch_latency, 2m)")
 	fs.Var(&interval, "interval", "how often the deadline policy is consulted off steady spot (default: the trace tick)")
 	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable `NAME=VALUE` (repeatable)")
+	varFiles := registerVars(fs, &vars)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: fleetd sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]")
 		fmt.Fprintln(stderr, "\nRuns fleetd's reconciler, placement and deadline policies in virtual time over a spot")
@@ -71,6 +75,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if *specPath == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return exitUsage
+	}
+	if err := varFiles.report(stderr); err != nil {
+		return exitCode(stderr, err)
 	}
 	f, files, diags := loadSpec(*specPath, vars)
 	if len(diags) > 0 {
@@ -93,6 +100,14 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		setup.Log, setup.Parallel = stderr, 1
 	}
 	setup.Job = simulate.Job{Work: work.d, Deadline: deadline.d, Changeover: changeover.d, LaunchLatency: latency.d}
+	switch {
+	case *ckptGB == 0:
+		setup.Job.CheckpointBytes = -1 // none, whatever the block says
+	case *ckptGB > 0:
+		setup.Job.CheckpointBytes = int64(*ckptGB * 1e9)
+	}
+	setup.Job.CheckpointRegion = *ckptRegion
+	setup.NoEgress = *noEgress
 	if *policies != "" {
 		if setup.Policies, err = simulate.SelectPolicies(strings.Split(*policies, ",")); err != nil {
 			return exitCode(stderr, usageError{err})
@@ -107,6 +122,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *jobShapes != "" {
+		return simShapes(ctx, setup, fl, *jobShapes, *policies == "", *asJSON, stdout, stderr)
+	}
 	began := time.Now()
 	res, err := setup.Run(ctx)
 	if err != nil {
@@ -114,7 +132,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	m := setup.Market()
 	rep := simulate.Report{Trace: setup.Trace.Name, Fleet: fl.Name, Zones: m.Zones(), Tick: m.Offers[0].Series.Tick,
-		Job: setup.Job, Windows: max(len(setup.Starts), setup.Windows), Seed: setup.Seed, Interval: setup.Interval, Warm: setup.Warm,
+		Job: setup.Job, Windows: max(len(setup.Starts), setup.Windows), Seed: setup.Seed, Interval: setup.Interval, Warm: setup.Warm, NoEgress: setup.NoEgress,
 		Wall: time.Since(began), Policies: simulate.Summarize(setup.Policies, len(m.Offers), res)}
 	if len(setup.Starts) > 0 {
 		rep.Windows = len(setup.Starts)
@@ -198,4 +216,32 @@ func simSetup(fl *spec.Fleet, traceDir, zones, starts string) (*simulate.Setup, 
 		}
 	}
 	return setup, nil
+}
+
+// simShapes runs the goodput comparison: the policies (fleetd at
+// max_nodes and goodput unless -policies says) per job shape.
+func simShapes(ctx context.Context, setup *simulate.Setup, fl *spec.Fleet, names string, defaultPolicies, asJSON bool, stdout, stderr io.Writer) int {
+	var shapes []simulate.Shape
+	for _, n := range strings.Split(names, ",") {
+		sh, err := simulate.ShapeByName(strings.TrimSpace(n))
+		if err != nil {
+			return exitCode(stderr, usageError{err})
+		}
+		shapes = append(shapes, sh)
+	}
+	if defaultPolicies {
+		pols, _ := simulate.SelectPolicies([]string{"fleetd", "goodput"})
+		setup.Policies = pols
+	}
+	rows, err := simulate.CompareShapes(ctx, setup, shapes)
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return exitCode(stderr, enc.Encode(map[string]any{"trace": setup.Trace.Name, "fleet": fl.Name, "job": setup.Job,
+			"max_nodes": fl.MaxNodes, "windows": max(len(setup.Starts), setup.Windows), "shapes": shapes, "rows": rows}))
+	}
+	return exitCode(stderr, simulate.WriteScalingTable(stdout, rows, shapes, setup.Job, fl.MaxNodes, max(len(setup.Starts), setup.Windows)))
 }

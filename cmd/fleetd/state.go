@@ -44,7 +44,7 @@ func runState(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, stateUsage)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("state "+args[0], flag.ContinueOnError)
+	fs := newFlagSet("state "+args[0], stderr)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, stateUsage)

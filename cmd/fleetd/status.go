@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/autoscale"
 )
 
 func init() {
@@ -20,7 +20,7 @@ func init() {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs := newFlagSet("status", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
@@ -36,7 +36,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() == 1 {
 		d, err := c.Fleet(ctx, fs.Arg(0))
 		if err != nil {
-			return exitCode(stderr, err)
+			return exitCode(stderr, unknownFleet(err, fs.Arg(0)))
 		}
 		if cf.json {
 			printJSON(stdout, d)
@@ -80,7 +80,7 @@ func printStatus(w io.Writer, st api.Status) {
 
 func printFleets(w io.Writer, fleets []api.FleetSummary) {
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLEET\tGEN\tRUNNING\tTARGET\tMIN..MAX\tOTHER\tROUND\tWORLD\t$/H\tSPEND\tSAVED\tINTR\tALERTS\tPROVIDERS")
+	fmt.Fprintln(tw, "FLEET\tGEN\tRUNNING\tTARGET\tMIN..MAX\tOTHER\tROUND\tWORLD\tPROGRESS\t$/H\tSPEND\tSAVED\tINTR\tALERTS\tPROVIDERS")
 	for _, f := range fleets {
 		name := f.Name
 		switch {
@@ -99,8 +99,8 @@ func printFleets(w io.Writer, fleets []api.FleetSummary) {
 		if r := f.Rendezvous; r != nil {
 			round, world = fmt.Sprintf("%d %s", r.Round, r.State), fmt.Sprint(r.WorldSize)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d..%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%d\t%s\n", name, f.Generation, f.NodesByState["running"], f.TargetNodes,
-			f.MinNodes, f.MaxNodes, other, round, world, f.CostPerHour, usd(f.SpendUSD), usd(f.SavingsUSD), f.Interruptions, f.AlertCount, strings.Join(f.Providers, ","))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d..%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%d\t%s\n", name, f.Generation, f.NodesByState["running"], f.TargetNodes,
+			f.MinNodes, f.MaxNodes, other, round, world, progressCell(f.Training), f.CostPerHour, usd(f.SpendUSD), usd(f.SavingsUSD), f.Interruptions, f.AlertCount, strings.Join(f.Providers, ","))
 	}
 	tw.Flush()
 }
@@ -122,6 +122,16 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 	fmt.Fprintf(tw, "Fleet:\t%s (generation %d, %s; spec %s)\n", d.Name, d.Generation, status, d.Filename)
 	fmt.Fprintf(tw, "Nodes:\t%d/%d running%s, min %d, max %d\n", d.NodesByState["running"], d.TargetNodes, stateCounts(d.NodesByState), d.MinNodes, d.MaxNodes)
+	if sc := d.Scaling; sc != nil {
+		how := "scale = " + sc.Policy
+		if sc.Reason != sc.Policy {
+			how += ", " + sc.Reason
+		}
+		fmt.Fprintf(tw, "Size:\t%s (%s)\n", sc.Explain, how)
+	}
+	if d.Completed && d.CompletedDetail != "" {
+		fmt.Fprintf(tw, "Outcome:\t%s: %s\n", status, d.CompletedDetail)
+	}
 	if r := d.Rendezvous; r != nil {
 		line := fmt.Sprintf("round %d %s, %d nodes, world size %d", r.Round, r.State, r.Nodes, r.WorldSize)
 		if r.Master != "" {
@@ -130,6 +140,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 		fmt.Fprintf(tw, "Rendezvous:\t%s\n", line)
 	} else {
 		fmt.Fprintf(tw, "Rendezvous:\tno round yet\n")
+	}
+	if tr := d.Training; tr != nil {
+		fmt.Fprintf(tw, "Training:\t%s\n", trainingLine(tr, now))
 	}
 	fmt.Fprintf(tw, "Cost:\t$%.2f/h now (on demand: $%.2f/h)\n", d.CostPerHour, d.OnDemandCostPerHour)
 	if len(d.PriceSources) > 0 || !d.PricesAsOf.IsZero() {
@@ -141,6 +154,7 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 	}
 	fmt.Fprintf(tw, "Spend:\t%s so far, saved %s\n", usd(d.SpendUSD), saved)
 	fmt.Fprintf(tw, "Interruptions:\t%d\n", d.Interruptions)
+	printCheckpoint(tw, d.Checkpoint, now)
 	tw.Flush()
 
 	if len(d.Alerts) > 0 {
@@ -165,11 +179,16 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 		tw.Flush()
 	}
 	if len(d.Recoveries) > 0 {
-		fmt.Fprintln(w, "\nRecoveries (notice → survivors running; launch → replacement joined):")
+		fmt.Fprintln(w, "\nRecoveries (round-reformed: notice → the survivors' next round closed; training-resumed: notice → their workers report")
+		fmt.Fprintln(w, "progress again; replacement-joined: launch → the new node's agent registered):")
 		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  WHEN\tKIND\tNODE\tDURATION")
+		fmt.Fprintln(tw, "  WHEN\tKIND\tNODE\tDURATION\tLOST STEPS")
 		for _, r := range lastN(d.Recoveries, 10) {
-			fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%.2fs\n", age(now.Sub(r.At)), r.Kind, dash(r.Node), r.DurationSeconds)
+			lost := "-"
+			if r.LostSteps != nil {
+				lost = fmt.Sprint(*r.LostSteps)
+			}
+			fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%.2fs\t%s\n", age(now.Sub(r.At)), r.Kind, dash(r.Node), r.DurationSeconds, lost)
 		}
 		tw.Flush()
 	}
@@ -193,16 +212,81 @@ func printNodes(w io.Writer, nodes []api.NodeInfo, now time.Time) {
 	for _, n := range nodes {
 		hb := "-"
 		if n.LastHeartbeat != nil {
-			hb = age(now.Sub(*n.LastHeartbeat)) + " ago"
+			hb = heartbeatAge(now.Sub(*n.LastHeartbeat)) + " ago"
 		}
 		round := "-"
-		if n.Round > 0 {
+		switch {
+		case n.Round > 0:
 			round = fmt.Sprint(n.Round)
+		case n.RendezvousState != "":
+			round = n.RendezvousState // waiting, standby, excluded
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, n.Provider, n.Zone, n.InstanceType, n.CapacityType, n.PricePerHour,
 			age(time.Duration(n.AgeSeconds*float64(time.Second))), round, hb, dash(n.Address), n.Reason)
 	}
 	tw.Flush()
+}
+
+// heartbeatAge renders the age of a heartbeat that comes every second or
+// so: tenths under ten seconds.
+func heartbeatAge(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return age(d)
+}
+
+// trainingLine renders a fleet's training progress: "step 1200 of 5000
+// (24%), 4.1k samples/s, 12.3 steps/s, loss 0.231, ETA 12m0s (12:12:00Z)".
+func trainingLine(t *api.TrainingInfo, now time.Time) string {
+	if t.Source == "round-timing" {
+		return fmt.Sprintf("no progress reports yet: %s of training at max_nodes done (round timing); report steps through FLEETD_PROGRESS (docs/agent.md)",
+			age(time.Duration(t.WorkDoneSeconds*float64(time.Second))))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d", t.Step)
+	if t.TotalSteps > 0 {
+		fmt.Fprintf(&b, " of %d (%.0f%%)", t.TotalSteps, 100*float64(t.Step)/float64(t.TotalSteps))
+	}
+	fmt.Fprintf(&b, ", %s, %.2f steps/s", samplesRate(t.SamplesPerSecond), t.StepsPerSecond)
+	if t.Loss != nil {
+		fmt.Fprintf(&b, ", loss %.4g", *t.Loss)
+	}
+	if t.ETA != nil {
+		fmt.Fprintf(&b, ", ETA %s (%s)", age(t.ETA.Sub(now).Round(time.Second)), t.ETA.UTC().Format("15:04:05Z"))
+	}
+	if t.ReportedAt != nil {
+		fmt.Fprintf(&b, "; reported %s ago at world size %d", heartbeatAge(now.Sub(*t.ReportedAt)), t.WorldSize)
+	}
+	return b.String()
+}
+
+// samplesRate renders samples per second like the autoscaler's
+// explanations.
+func samplesRate(v float64) string { return autoscale.Rate(v) }
+
+// progressCell is the fleets table's PROGRESS column.
+func progressCell(t *api.TrainingInfo) string {
+	switch {
+	case t == nil:
+		return "-"
+	case t.Source == "round-timing":
+		return "no reports"
+	}
+	s := fmt.Sprint(t.Step)
+	if t.TotalSteps > 0 {
+		s += fmt.Sprintf("/%d", t.TotalSteps)
+	}
+	if t.SamplesPerSecond > 0 {
+		s += " @" + strings.TrimSuffix(autoscale.Rate(t.SamplesPerSecond), " samples/s") + "/s"
+	}
+	if t.ETASeconds > 0 {
+		s += " eta " + age(time.Duration(t.ETASeconds)*time.Second)
+	}
+	return s
 }
 
 func dash(s string) string {
@@ -212,33 +296,8 @@ func dash(s string) string {
 	return s
 }
 
-func runDestroy(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("destroy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd destroy [-json] FLEET")
-		return exitUsage
-	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	f, err := c.Destroy(context.Background(), fs.Arg(0))
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	if cf.json {
-		printJSON(stdout, f)
-	} else {
-		fmt.Fprintf(stdout, "Fleet %q is being destroyed; its nodes are terminated and the fleet is removed when none is left.\n", f.Name)
-	}
-	return exitOK
-}
-
 func runEvents(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs := newFlagSet("events", stderr)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs)
@@ -254,7 +313,13 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, err)
 	}
 	ctx := context.Background()
-	next := *since
+	if *follow && *fleetName != "" {
+		// Following a name that is not a fleet would wait forever.
+		if err := fleetExists(c, *fleetName); err != nil {
+			return exitCode(stderr, err)
+		}
+	}
+	next, matched := *since, 0
 	for {
 		wait := time.Duration(0)
 		if *follow {
@@ -274,8 +339,9 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 			if *fleetName != "" && e.Fleet != *fleetName {
 				continue
 			}
+			matched++
 			if cf.json {
-				printJSON(stdout, e)
+				printJSONLine(stdout, e) // a stream: one event a line
 				continue
 			}
 			who := e.Fleet
@@ -286,6 +352,12 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 		}
 		next = r.Next
 		if !*follow && len(r.Events) < 1000 {
+			if *fleetName != "" && matched == 0 && *since == 0 {
+				// No event of it at all: a typo, unless it exists and is quiet.
+				if err := fleetExists(c, *fleetName); err != nil {
+					return exitCode(stderr, err)
+				}
+			}
 			return exitOK
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,7 +32,7 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("token "+sub, flag.ContinueOnError)
+	fs := newFlagSet("token "+sub, stderr)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { tokenUsage(stderr) }
 	var cf clientFlags

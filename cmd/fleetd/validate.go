@@ -133,7 +133,7 @@ func diagStyle(w io.Writer) (width uint, color bool) {
 	return width, os.Getenv("NO_COLOR") == ""
 }
 
-// validateOutput is the -json document.
+// validateOutput is the -json document (written through secondsJSON).
 type validateOutput struct {
 	Valid        bool                  `json:"valid"`
 	ErrorCount   int                   `json:"error_count"`
@@ -143,14 +143,14 @@ type validateOutput struct {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs := newFlagSet("validate", stderr)
 	fs.SetOutput(stderr)
 	var vars varFlag
-	fs.Var(&vars, "var", "set a spec variable `NAME=VALUE` (repeatable; wins over FLEETD_VAR_NAME)")
+	varFiles := registerVars(fs, &vars)
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout")
 	noColor := fs.Bool("no-color", false, "never colour diagnostics")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fleetd validate [-var NAME=VALUE ...] [-json] FILE")
+		fmt.Fprintln(stderr, "Usage: fleetd validate [-var NAME=VALUE ...] [-var-file FILE] [-json] FILE")
 		fmt.Fprintln(stderr, "\nChecks a fleet spec and prints every problem with its position.")
 		fmt.Fprintln(stderr, "Exit status: 0 valid (warnings allowed), 2 errors in the spec or usage.")
 		fmt.Fprintln(stderr)
@@ -165,6 +165,14 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	f, files, diags := loadSpec(pos[0], vars)
+	// Problems in a -var-file are shown with the spec's, at their positions.
+	if files == nil {
+		files = map[string]*hcl.File{}
+	}
+	for name, vf := range varFiles.files {
+		files[name] = vf
+	}
+	diags = append(varFiles.diags, diags...)
 
 	if *asJSON {
 		out := validateOutput{Valid: !diags.HasErrors(), Diagnostics: spec.DiagnosticsJSON(files, diags)}
@@ -178,9 +186,15 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		if out.Valid {
 			out.Fleets = f.Fleets
 		}
+		// Durations as seconds (drain_grace_seconds), as the API writes them.
+		doc, err := secondsJSON(out)
+		if err != nil {
+			fmt.Fprintln(stderr, "Error:", err)
+			return exitError
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := enc.Encode(doc); err != nil {
 			fmt.Fprintln(stderr, "Error:", err)
 			return exitError
 		}

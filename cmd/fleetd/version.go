@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -52,7 +51,7 @@ func buildInfoFrom(version, commit string, bi *debug.BuildInfo) map[string]strin
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs := newFlagSet("version", stderr)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print as JSON")
 	if err := fs.Parse(args); err != nil {

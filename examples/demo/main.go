@@ -351,8 +351,14 @@ func summary(det api.FleetDetail, maxStep int64, steps int, ws map[int]bool, rou
 	fmt.Printf("world sizes trained at       %v\n", sizes)
 	for _, r := range det.Recoveries {
 		switch r.Kind {
-		case "survivors-running":
+		case "round-reformed":
 			fmt.Printf("notice → survivors' round    %.2f s (daemon: new rendezvous round without the node)\n", r.DurationSeconds)
+		case "training-resumed":
+			lost := ""
+			if r.LostSteps != nil {
+				lost = fmt.Sprintf(", %d steps behind the last report", *r.LostSteps)
+			}
+			fmt.Printf("notice → training again      %.2f s (daemon: the workers' first progress report of the new round%s)\n", r.DurationSeconds, lost)
 		case "replacement-joined":
 			fmt.Printf("replacement → joined         %.2f s (%s: launch requested → agent registered)\n", r.DurationSeconds, r.Node)
 		}

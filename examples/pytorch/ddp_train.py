@@ -35,6 +35,14 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+# Progress reports (FLEETD_PROGRESS) through the optional helper next to the
+# examples; without it the script trains the same, unreported.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+try:
+    from fleetd_progress import Reporter
+except ImportError:
+    Reporter = None
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -137,6 +145,15 @@ def parse_args(argv):
                    help="total optimizer steps of the run (env TRAIN_STEPS)")
     p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
                    help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
+    # Scaling knobs (docs/examples.md): simulated compute that shrinks with the
+    # world size, and a world size beyond which throughput stops growing.
+    p.add_argument("--sample-time", type=float, default=env_default("TRAIN_SAMPLE_TIME", 0.0, float),
+                   help="extra seconds of simulated compute per sample of a rank's share of the batch, "
+                        "so throughput grows with the world size (env TRAIN_SAMPLE_TIME)")
+    p.add_argument("--scale-limit", type=int, default=env_default("TRAIN_SCALE_LIMIT", 0, int),
+                   help="beyond this world size a step takes as long as at it (an extra sleep standing in "
+                        "for communication that grows with the world size): throughput stops scaling; "
+                        "0: off (env TRAIN_SCALE_LIMIT)")
     p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
                    help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
     p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
@@ -157,8 +174,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.steps < 0 or a.ckpt_every < 1 or a.batch < 1 or a.samples < 1 or a.dim < 1 or a.hidden < 1:
         raise UsageError("--steps must be >= 0; --ckpt-every, --batch, --samples, --dim, --hidden >= 1")
-    if a.step_time < 0 or a.timeout <= 0 or a.resume_wait < 0:
-        raise UsageError("--step-time and --resume-wait must be >= 0 and --timeout > 0")
+    if a.step_time < 0 or a.timeout <= 0 or a.resume_wait < 0 or a.sample_time < 0 or a.scale_limit < 0:
+        raise UsageError("--step-time, --sample-time, --scale-limit and --resume-wait must be >= 0 and --timeout > 0")
     a.ckpt_dir = checkpoint_dir(a.ckpt)
     return a
 
@@ -273,6 +290,22 @@ class Run:
         self.saved_step = -1
         self.drained = False
         self.drain_notice = None
+        # Progress reports on rank 0 (a no-op elsewhere and outside fleetd).
+        self.progress = Reporter(total_steps=args.steps) if Reporter else None
+        self.samples = 0
+
+    def report_progress(self, force=False):
+        if self.progress is not None:
+            self.progress.report(self.step, samples=self.samples, loss=self.loss, force=force)
+
+    def simulated_step_time(self, per_rank):
+        """--step-time, plus --sample-time per sample of this rank's share; past
+        --scale-limit, a step lasts as long as at the limit."""
+        t = self.a.step_time + per_rank * self.a.sample_time
+        limit = self.a.scale_limit
+        if limit and self.world_size > limit:
+            t += self.a.sample_time * (max(1, self.a.batch // limit) - per_rank)
+        return t
 
     def resume(self):
         """Rank 0 reads the checkpoint and hands it to everyone, so only the
@@ -370,6 +403,9 @@ class Run:
         ddp = DDP(self.model)
         loss_fn = nn.MSELoss()
         epoch, it = None, None
+        pause = self.simulated_step_time(per_rank)
+        self.samples = self.step * self.a.batch
+        self.report_progress(force=True)  # where this round starts
         while self.step < self.a.steps:
             # The step number is the data position: epoch and batch follow from
             # it, so a resumed run (at any world size) continues the schedule.
@@ -379,8 +415,8 @@ class Run:
                 sampler.set_epoch(epoch)
                 it = itertools.islice(iter(loader), k, None)
             x, y = next(it)
-            if self.a.step_time > 0:
-                time.sleep(self.a.step_time)
+            if pause > 0:
+                time.sleep(pause)
             try:
                 self.opt.zero_grad()
                 loss = loss_fn(ddp(x), y)
@@ -395,6 +431,8 @@ class Run:
             self.step += 1
             self.loss = flags[2].item() / self.world_size
             emit("step", step=self.step, world_size=self.world_size, rank=self.rank, loss=self.loss)
+            self.samples += per_rank * self.world_size
+            self.report_progress()
             if flags[1].item() > 0 and not self.drained:
                 self.drained = True
                 emit("drain", rank=self.rank, step=self.step, local=self.drain_notice is not None,

@@ -27,12 +27,21 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import socket
 import struct
 import sys
 import time
 import traceback
+
+# Progress reports (FLEETD_PROGRESS) through the optional helper next to the
+# examples; without it the script trains the same, unreported.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+try:
+    from fleetd_progress import Reporter
+except ImportError:
+    Reporter = None
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -41,6 +50,7 @@ EXIT_PEER = 3
 
 CKPT_FILE = "checkpoint.json"
 DONE_FILE = "DONE"
+STEP_COMPLETE = "COMPLETE"  # marks a step-N/ checkpoint complete (FLEETD_CHECKPOINT_DIR)
 CKPT_FORMAT = "fleetd-example-trainer/1"
 ACK_TIMEOUT = 3.0  # seconds a live rank 0 needs at most to answer a hello
 MAX_MSG = 64 << 20  # a corrupt length prefix must not make us allocate gigabytes
@@ -334,10 +344,41 @@ def recv_all(conns, timeout, stop=None, what="message"):
 
 # --- checkpoints ------------------------------------------------------------
 
+def step_layout(ckpt_dir):
+    """fleetd's travelling checkpoints (training.checkpoint, docs/checkpoints.md):
+    when the checkpoint dir is FLEETD_CHECKPOINT_DIR, each checkpoint is its
+    own step-N/ directory, complete once it holds COMPLETE; the agent uploads
+    complete ones and restores the latest on a new node."""
+    d = os.environ.get("FLEETD_CHECKPOINT_DIR", "")
+    return bool(d) and bool(ckpt_dir) and os.path.abspath(d) == os.path.abspath(ckpt_dir)
+
+
+def newest_step_dir(ckpt_dir):
+    """The newest complete step-N/ directory, or None."""
+    best = None
+    try:
+        names = os.listdir(ckpt_dir)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        if not name.startswith("step-") or not name[5:].isdigit():
+            continue
+        if not os.path.exists(os.path.join(ckpt_dir, name, STEP_COMPLETE)):
+            continue  # still being written
+        if best is None or int(name[5:]) > best[0]:
+            best = (int(name[5:]), os.path.join(ckpt_dir, name))
+    return best and best[1]
+
+
 def read_checkpoint(ckpt_dir, dim):
     if not ckpt_dir:
         return None
     path = os.path.join(ckpt_dir, CKPT_FILE)
+    if step_layout(ckpt_dir):
+        d = newest_step_dir(ckpt_dir)
+        if d is None:
+            return None
+        path = os.path.join(d, CKPT_FILE)
     try:
         with open(path) as f:
             ck = json.load(f)
@@ -371,6 +412,20 @@ def atomic_write(path, data):
             os.close(fd)
     except OSError:
         pass  # directories cannot be fsynced on every filesystem
+
+
+def save_step_dir(ckpt_dir, step, data):
+    """Write step-N/ under a dot-name, COMPLETE last, then rename it into
+    place: the agent never sees half of it."""
+    final = os.path.join(ckpt_dir, "step-%d" % step)
+    tmp = os.path.join(ckpt_dir, ".step-%d.tmp-%d" % (step, os.getpid()))
+    os.makedirs(tmp, exist_ok=True)
+    atomic_write(os.path.join(tmp, CKPT_FILE), data)
+    atomic_write(os.path.join(tmp, STEP_COMPLETE), json.dumps({"step": step}) + "\n")
+    if os.path.isdir(final):
+        shutil.rmtree(final)  # the same step saved again (a stop right after a periodic save)
+    os.replace(tmp, final)
+    return os.path.join(final, CKPT_FILE)
 
 
 def read_request(env):
@@ -411,6 +466,12 @@ class Trainer:
         self.drain_notice = None
         self.master = None  # rank>0: Conn to rank 0
         self.peers = []  # rank 0: Conns to ranks 1..W-1, in rank order
+        # Progress reports on rank 0 (a no-op elsewhere and outside fleetd).
+        self.progress = Reporter(total_steps=args.steps) if Reporter else None
+
+    def report_progress(self, force=False):
+        if self.progress is not None:
+            self.progress.report(self.step, samples=self.step * self.a.batch, loss=self.loss, force=force)
 
     # -- group formation --
 
@@ -696,7 +757,10 @@ class Trainer:
                 "run_id": self.env.run_id, "restart_count": self.env.restart_count,
                 "config": {"dim": self.a.dim, "samples": self.a.samples, "batch": self.a.batch,
                            "lr": self.a.lr, "seed": self.a.seed}}
-        atomic_write(path, json.dumps(body, separators=(",", ":")) + "\n")
+        if step_layout(self.a.ckpt_dir):
+            path = save_step_dir(self.a.ckpt_dir, self.step, json.dumps(body, separators=(",", ":")) + "\n")
+        else:
+            atomic_write(path, json.dumps(body, separators=(",", ":")) + "\n")
         self.saved_step = self.step
         emit("checkpoint", rank=0, step=self.step, reason=reason, path=path)
 
@@ -731,6 +795,7 @@ class Trainer:
     def run_steps(self):
         """Returns when the run is done or the group agreed to stop; the
         second value says which (True: stop requested by someone)."""
+        self.report_progress(force=True)  # where this round starts
         while self.step < self.a.steps:
             if self.a.step_time > 0:
                 time.sleep(self.a.step_time)  # simulated compute; SIGTERM lands here mostly
@@ -745,6 +810,7 @@ class Trainer:
             self.loss = upd["loss"]
             emit("step", step=self.step, world_size=self.env.world_size, rank=self.env.rank,
                  loss=self.loss)
+            self.report_progress()
             if upd["drain"] and not self.drained:
                 self.drained = True
                 emit("drain", rank=self.env.rank, step=self.step, local=self.drain_notice is not None,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
 )
 
 // MaxBodyBytes bounds every request body; a spec larger than this is not a spec.
@@ -264,6 +265,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		WriteJSON(w, http.StatusUnprocessableEntity, Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
 	case errors.Is(err, state.ErrNotFound):
 		WriteError(w, http.StatusNotFound, err)
+	case providers.IsAuth(err):
+		// The daemon's cloud credentials failed, not the caller's token:
+		// 424, so no client mistakes it for its own 401.
+		WriteError(w, http.StatusFailedDependency, err)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		WriteError(w, http.StatusServiceUnavailable, err)
 	default:

@@ -171,6 +171,9 @@ type FleetPlan struct {
 	Offerings    []PlannedOffering `json:"offerings,omitempty"`
 	CostPerHour  float64           `json:"cost_per_hour,omitempty"`
 	Notes        []string          `json:"notes,omitempty"`
+	// Scaling is the autoscaler's current decision and model for an
+	// existing fleet (docs/autoscale.md).
+	Scaling *ScalingInfo `json:"scaling,omitempty"`
 }
 
 // Plan is the response of POST /v1/plan and the first part of apply.
@@ -201,6 +204,14 @@ type NodeInfo struct {
 	AgeSeconds    float64         `json:"age_seconds"`
 	LastHeartbeat *time.Time      `json:"last_heartbeat,omitempty"`
 	CreatedAt     time.Time       `json:"created_at"`
+	// From the rendezvous, for a node whose agent is a member:
+	// RendezvousState is its view (assigned, waiting, standby, excluded),
+	// Workers and WorkerRound what its last heartbeat said of its workers.
+	// Round is then the round it is assigned in, and LastHeartbeat its
+	// agent's last heartbeat.
+	RendezvousState string `json:"rendezvous_state,omitempty"`
+	Workers         string `json:"workers,omitempty"`
+	WorkerRound     int    `json:"worker_round,omitempty"`
 }
 
 // FleetSummary is one fleet in list and status responses.
@@ -240,11 +251,113 @@ type FleetSummary struct {
 	Providers  []string `json:"providers"`
 	// Rendezvous is the current round; nil before the first.
 	Rendezvous *RendezvousInfo `json:"rendezvous,omitempty"`
-	// Completed is set once the training job ended; Succeeded is its outcome.
-	Completed bool      `json:"completed,omitempty"`
-	Succeeded bool      `json:"succeeded,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// Checkpoint is the fleet's checkpoint store as its agents report it;
+	// nil without a training.checkpoint block.
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+	// Completed is set once the training job ended; Succeeded is its
+	// outcome and CompletedDetail what the reporting agent said of it.
+	Completed       bool      `json:"completed,omitempty"`
+	Succeeded       bool      `json:"succeeded,omitempty"`
+	CompletedDetail string    `json:"completed_detail,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	// Training is the job's progress as its workers report it
+	// (FLEETD_PROGRESS); nil before the fleet's first reconcile pass.
+	Training *TrainingInfo `json:"training,omitempty"`
+	// Scaling says why the fleet has its target size; nil before the
+	// fleet's first reconcile pass.
+	Scaling *ScalingInfo `json:"scaling,omitempty"`
+}
+
+// TrainingInfo is a fleet's training progress.
+type TrainingInfo struct {
+	// Source is "reports" (the workers' FLEETD_PROGRESS reports) or
+	// "round-timing" (none yet: progress is the rendezvous' measure,
+	// WorkDoneSeconds of training time at max_nodes); Note says more.
+	Source          string  `json:"source"`
+	Note            string  `json:"note,omitempty"`
+	WorkDoneSeconds float64 `json:"work_done_seconds,omitempty"`
+	// Of the latest report: its round and size, the job's step and
+	// samples so far, the loss and the total steps when the workers say,
+	// and the round's throughput.
+	Round            int        `json:"round,omitempty"`
+	Nodes            int        `json:"nodes,omitempty"`
+	WorldSize        int        `json:"world_size,omitempty"`
+	Step             int64      `json:"step"`
+	Samples          float64    `json:"samples"`
+	Loss             *float64   `json:"loss,omitempty"`
+	TotalSteps       int64      `json:"total_steps,omitempty"`
+	SamplesPerSecond float64    `json:"samples_per_second"`
+	StepsPerSecond   float64    `json:"steps_per_second"`
+	ReportedAt       *time.Time `json:"reported_at,omitempty"`
+	// ETA is when the job reaches TotalSteps at the current step rate.
+	ETA        *time.Time `json:"eta,omitempty"`
+	ETASeconds float64    `json:"eta_seconds,omitempty"`
+	// History is the throughput over time (GET /v1/fleets/{name} only).
+	History []TrainingPoint `json:"history,omitempty"`
+}
+
+// TrainingPoint is one sample of a fleet's training over time.
+type TrainingPoint struct {
+	At               time.Time `json:"at"`
+	Round            int       `json:"round"`
+	Nodes            int       `json:"nodes"`
+	WorldSize        int       `json:"world_size"`
+	Step             int64     `json:"step"`
+	SamplesPerSecond float64   `json:"samples_per_second"`
+	Loss             *float64  `json:"loss,omitempty"`
+}
+
+// ScalingInfo is the autoscaler's decision (docs/autoscale.md).
+type ScalingInfo struct {
+	// Policy is placement.scale ("goodput" or "max").
+	Policy string `json:"policy"`
+	Target int    `json:"target"`
+	// Reason is a keyword (pinned, max, fixed, starting, no-reports,
+	// measuring, holding, goodput, exploring, deadline, deadline-late);
+	// Explain the sentence ("6 nodes: 4.1k samples/s at $2.10/h; 8 would
+	// add 6% throughput for 33% more cost").
+	Reason  string `json:"reason"`
+	Explain string `json:"explain"`
+	// Options and Model (GET /v1/fleets/{name} and plan only) are every
+	// size as the decision saw it and the fitted scaling model.
+	Options []ScaleOption `json:"options,omitempty"`
+	Model   *ScaleModel   `json:"model,omitempty"`
+}
+
+// ScaleOption is one fleet size as the autoscaler judged it.
+type ScaleOption struct {
+	Nodes int `json:"nodes"`
+	// SamplesPerSecond is measured (Measured) or predicted; 0 unknown.
+	// Low and High bound it (the optimistic bound decides exploration).
+	SamplesPerSecond float64 `json:"samples_per_second,omitempty"`
+	Low              float64 `json:"low,omitempty"`
+	High             float64 `json:"high,omitempty"`
+	Measured         bool    `json:"measured,omitempty"`
+	MeasuredSeconds  float64 `json:"measured_seconds,omitempty"`
+	CostPerHour      float64 `json:"cost_per_hour"`
+	// Useful is the fraction of time that makes progress given the
+	// expected interruptions; CostPerMillionSamples the expected cost per
+	// million samples of progress.
+	Useful                float64 `json:"useful"`
+	CostPerMillionSamples float64 `json:"cost_per_million_samples,omitempty"`
+	FinishSeconds         float64 `json:"finish_seconds,omitempty"`
+	Note                  string  `json:"note,omitempty"`
+}
+
+// ScaleModel is the fitted scaling model: node-seconds per sample
+// y(N) = N/X(N) = A + B·(N−1).
+type ScaleModel struct {
+	Formula string  `json:"formula"`
+	A       float64 `json:"a"`
+	B       float64 `json:"b"`
+	Sizes   []int   `json:"sizes"`
+	Points  int     `json:"points"`
+	Sigma   float64 `json:"sigma"`
+	// Fixed: one size seen, B unknown.
+	Fixed bool `json:"fixed,omitempty"`
+	// CeilingSamplesPerSecond is 1/B, the throughput no size exceeds.
+	CeilingSamplesPerSecond float64 `json:"ceiling_samples_per_second,omitempty"`
 }
 
 // FleetDetail is the response of GET /v1/fleets/{name}.
@@ -278,14 +391,18 @@ type RendezvousInfo struct {
 	Master    string `json:"master,omitempty"`
 }
 
-// RecoveryInfo is one measured recovery: survivors-running (notice → the
-// survivors' next round closed) or replacement-joined (launch requested →
+// RecoveryInfo is one measured recovery: round-reformed (notice → the
+// survivors' next rendezvous round closed: the daemon decided the new
+// membership), training-resumed (notice → the survivors' workers report
+// progress again, having loaded their checkpoint; LostSteps is then how
+// many steps they recompute) or replacement-joined (launch requested →
 // agent registered).
 type RecoveryInfo struct {
 	Kind            string    `json:"kind"`
 	Node            string    `json:"node,omitempty"`
 	DurationSeconds float64   `json:"duration_seconds"`
 	At              time.Time `json:"at"`
+	LostSteps       *int64    `json:"lost_steps,omitempty"`
 }
 
 // AlertInfo is a condition operators should look at.
@@ -350,4 +467,62 @@ type TokenInfo struct {
 type TokenCreated struct {
 	TokenInfo
 	Token string `json:"token"`
+}
+
+// CheckpointStatus is a fleet's checkpoint store (training.checkpoint)
+// as its agents report it.
+type CheckpointStatus struct {
+	Dir    string `json:"dir"`
+	Store  string `json:"store,omitempty"`
+	Keep   int    `json:"keep"`
+	Access string `json:"access,omitempty"`
+	// LastStep is the newest checkpoint complete in the store (-1: none
+	// known yet), uploaded at LastAt, AgeSeconds ago, Bytes large.
+	LastStep   int64     `json:"last_step"`
+	LastAt     time.Time `json:"last_at,omitzero"`
+	AgeSeconds float64   `json:"age_seconds,omitempty"`
+	Bytes      int64     `json:"bytes,omitempty"`
+	// UploadMiBps and RestoreMiBps are the last measured transfers.
+	UploadMiBps  float64 `json:"upload_mib_per_s,omitempty"`
+	RestoreMiBps float64 `json:"restore_mib_per_s,omitempty"`
+	// Uploading and Restoring are transfers in progress (one node each).
+	Uploading *CheckpointTransfer `json:"uploading,omitempty"`
+	Restoring *CheckpointTransfer `json:"restoring,omitempty"`
+	// LastRestore is the last restore a node made at start.
+	LastRestore *CheckpointRestore `json:"last_restore,omitempty"`
+	// Error is the last failure until a later success (also an alert).
+	Error     string    `json:"error,omitempty"`
+	ErrorKind string    `json:"error_kind,omitempty"`
+	ErrorNode string    `json:"error_node,omitempty"`
+	ErrorAt   time.Time `json:"error_at,omitzero"`
+	// Moves is what moving the job away from the store's location would
+	// cost, as placement prices it (docs/placement.md, "Moving a job"):
+	// one row per kind of destination. Absent while the checkpoint's size
+	// is unknown or the store is not in a cloud.
+	Moves []CheckpointMove `json:"moves,omitempty"`
+}
+
+// CheckpointMove prices restoring the checkpoint somewhere else.
+type CheckpointMove struct {
+	// To is "aws:*" (another region of the store's cloud) or a cloud.
+	To string `json:"to"`
+	// PerGB is the egress price from the store to To; EgressUSD is that
+	// times the checkpoint's size times the fleet's target nodes (each
+	// node restores the whole checkpoint).
+	PerGB     float64 `json:"egress_per_gb"`
+	EgressUSD float64 `json:"egress_usd"`
+	// RestoreSeconds is one node's restore at the measured (or default)
+	// throughput.
+	RestoreSeconds float64 `json:"restore_seconds"`
+	// Source and AsOf say where the egress prices come from.
+	Source string `json:"source"`
+	AsOf   string `json:"as_of"`
+}
+
+// CheckpointRestore is a node's restore of a checkpoint before its workers started.
+type CheckpointRestore struct {
+	Node  string    `json:"node"`
+	Step  int64     `json:"step"`
+	MiBps float64   `json:"mib_per_s,omitempty"`
+	At    time.Time `json:"at"`
 }

@@ -58,6 +58,9 @@ type ChooseInput struct {
 	// Outlook rates spot offerings by their observed up-runs and the
 	// job's slack (EvaluateIn); its Now is Now.
 	Outlook Outlook
+	// Move prices restoring the job's checkpoint in a group it is not in
+	// (egress and restore time, move.go); nil: moves are free.
+	Move *MoveCost
 }
 
 // Choice is where to launch.
@@ -80,6 +83,9 @@ type Choice struct {
 	// Cost is the mean weighted score per node of the job in Group.
 	Cost   float64 `json:"cost"`
 	Reason string  `json:"reason"`
+	// Move is what restoring the checkpoint in Group costs, when the job
+	// starts or moves there and a checkpoint size is known.
+	Move *MoveEstimate `json:"move,omitempty"`
 }
 
 // unknownCap stands in for "availability unknown": large, so it reads as
@@ -100,6 +106,10 @@ type groupEval struct {
 	assign      []Candidate
 	cost        float64
 	cands       []Candidate
+	// move is the checkpoint's move cost into the group per GPU-hour (0
+	// for the job's current group), est its breakdown.
+	move float64
+	est  *MoveEstimate
 }
 
 // Choose picks the colocation group and the offerings to launch on.
@@ -154,7 +164,19 @@ func Choose(in ChooseInput) Choice {
 			if g == nil {
 				g = &group{key: k}
 			}
-			out[k] = evaluate(g, existing[k], minNodes, target, in.Capacity, strategy)
+			e := evaluate(g, existing[k], minNodes, target, in.Capacity, strategy)
+			if k != current && len(e.assign) > 0 {
+				// Every node restores the checkpoint: those launched here.
+				src := in.Move.sourceFor(in.Nodes)
+				offs := make([]providers.Offering, len(e.assign))
+				for i, a := range e.assign {
+					offs[i] = a.Offering
+				}
+				if est, ok := in.Move.Estimate(src, offs); ok {
+					e.move, e.est = est.PerGPUHour, &est
+				}
+			}
+			out[k] = e
 		}
 		return out
 	}
@@ -162,7 +184,7 @@ func Choose(in ChooseInput) Choice {
 
 	ch := Choice{Current: current}
 	take := func(e groupEval, n int, migrate bool, reason string) Choice {
-		c := Choice{Group: e.key, Current: current, Migrate: migrate, CanHoldMin: e.holdsMin, Cost: e.cost, Candidates: e.cands, Reason: reason}
+		c := Choice{Group: e.key, Current: current, Migrate: migrate, CanHoldMin: e.holdsMin, Cost: e.cost, Candidates: e.cands, Reason: reason, Move: e.est}
 		if n > len(e.assign) {
 			n = len(e.assign)
 		}
@@ -192,8 +214,12 @@ func Choose(in ChooseInput) Choice {
 		if imp <= 0 {
 			imp = DefaultMinImprovement
 		}
-		if alt, ok := bestGroup(evalAll(clean), current, strategy); ok && (alt.holdsTarget || !cur.holdsTarget) && alt.cost <= cur.cost*(1-imp) {
-			return take(alt, len(alt.assign), true, fmt.Sprintf("group %s is %.0f%% cheaper than %s", alt.key, 100*(1-alt.cost/cur.cost), current))
+		if alt, ok := bestGroup(evalAll(clean), current, strategy); ok && (alt.holdsTarget || !cur.holdsTarget) && alt.cost+alt.move <= cur.cost*(1-imp) {
+			reason := fmt.Sprintf("group %s is %.0f%% cheaper than %s", alt.key, 100*(1-alt.cost/cur.cost), current)
+			if alt.est != nil {
+				reason += fmt.Sprintf(" after the move (%s)", alt.est)
+			}
+			return take(alt, len(alt.assign), true, reason)
 		}
 	}
 	return take(cur, in.Need, false, fmt.Sprintf("staying in %s", current))
@@ -220,8 +246,8 @@ func bestGroup(evals map[string]groupEval, skip string, s spec.Strategy) (groupE
 		if s == spec.StrategyCapacity && a.capacity != b.capacity {
 			return a.capacity > b.capacity
 		}
-		if !almostEqual(a.cost, b.cost) {
-			return a.cost < b.cost
+		if !almostEqual(a.cost+a.move, b.cost+b.move) {
+			return a.cost+a.move < b.cost+b.move
 		}
 		return a.key < b.key
 	})

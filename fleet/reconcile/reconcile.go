@@ -146,6 +146,21 @@ type Input struct {
 	Fallback placement.FallbackState
 	// Progress feeds the deadline policy.
 	Progress placement.Progress
+	// Move prices restoring the job's checkpoint in a group it is not in
+	// (placement.MoveCostFor); nil: moves are free.
+	Move *placement.MoveCost
+	// Target, when above 0, is the autoscaler's size for a fleet without
+	// desired_nodes (fleet/autoscale), within [min_nodes, max_nodes];
+	// 0 aims at the spec's TargetNodes.
+	Target int
+	// TargetAt is when the autoscaler last changed Target: the passes
+	// after a change act on it without waiting for the scale cooldowns
+	// (the autoscaler spaces its own changes).
+	TargetAt time.Time
+	// WorkScale, above 1, is how much longer the work left takes at the
+	// autoscaler's size than at max_nodes (the spec's work is given at
+	// max_nodes): the deadline policy counts its slack at that speed.
+	WorkScale float64
 	// NewNodeID returns a fresh node id; it is called once per new node,
 	// in plan order. Nil uses "<fleet>-<generation>-<n>" with the first
 	// unused n.

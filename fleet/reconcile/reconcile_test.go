@@ -355,6 +355,50 @@ func TestGrowthWaitsForCooldownReplacementsDoNot(t *testing.T) {
 	}
 }
 
+// TestAutoscalerTarget: the autoscaler's target replaces max_nodes when
+// desired_nodes is unset, never below min_nodes; a change it makes is
+// acted on without the cooldowns, which still space the reconciler's own
+// waves; desired_nodes pins the size whatever it says.
+func TestAutoscalerTarget(t *testing.T) {
+	a := offering("us-east-1a", "p4d", providers.Spot, 10)
+	f := testFleet(2, 4)
+	w := newWorld(t, f, a)
+	w.settle(step, 200)
+	if c := w.count(); c[state.NodeRunning] != 4 {
+		t.Fatalf("without a target: %v, want max_nodes", c)
+	}
+	// Grew a minute ago; the autoscaler decides 2 now: drained at once.
+	w.lastUp = w.now.Add(-time.Minute)
+	w.target, w.targetAt = 2, w.now
+	p := w.pass()
+	if d := actionsOf[Drain](p); len(d) != 2 || !p.ScaledDown || p.Target != 2 {
+		t.Fatalf("autoscaler's shrink waited: target %d, %v", p.Target, p.Actions)
+	}
+	w.lastDown = w.now
+	w.settle(step, 200)
+	if c := w.count(); c[state.NodeRunning] != 2 {
+		t.Fatalf("after shrinking: %v", c)
+	}
+	// Growth it decides goes at once too, even right after the shrink.
+	w.tick(step)
+	w.target, w.targetAt = 3, w.now
+	if p := w.pass(); len(actionsOf[Launch](p)) != 1 || !p.ScaledUp {
+		t.Fatalf("autoscaler's growth waited: %v", p.Actions)
+	}
+	w.lastUp = w.now
+	w.settle(step, 200)
+	// Below min_nodes it cannot go.
+	w.target, w.targetAt = 1, w.now
+	if p := w.pass(); p.Target != 2 {
+		t.Fatalf("target %d below min_nodes", p.Target)
+	}
+	// desired_nodes pins.
+	f.DesiredNodes = 4
+	if p := w.pass(); p.Target != 4 {
+		t.Fatalf("desired_nodes did not pin: target %d", p.Target)
+	}
+}
+
 func TestOrphanGC(t *testing.T) {
 	f := testFleet(1, 1)
 	a := offering("us-east-1a", "p4d", providers.Spot, 10)

@@ -5,12 +5,41 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 )
+
+// target is the node count the pass aims at: the autoscaler's when it
+// decided (Input.Target), else the spec's TargetNodes; within
+// [0, max_nodes].
+func (pl *planner) target() int {
+	f := pl.in.Fleet
+	t := f.TargetNodes()
+	if pl.in.Target > 0 && f.DesiredNodes == 0 {
+		t = max(pl.in.Target, f.MinNodes)
+	}
+	return min(max(t, 0), f.MaxNodes)
+}
+
+// cooling reports whether a scale step (growth beyond what restores
+// min_nodes, or a drain of running nodes) waits for the cooldown d: it
+// does within d of the last growth wave or scale-down, unless the
+// autoscaler changed its target since.
+func (pl *planner) cooling(d time.Duration) bool {
+	now := pl.now()
+	last := pl.in.LastScaleUp
+	if pl.in.LastScaleDown.After(last) {
+		last = pl.in.LastScaleDown
+	}
+	if !pl.in.TargetAt.IsZero() && pl.in.TargetAt.After(last) {
+		return false
+	}
+	return now.Sub(pl.in.LastScaleUp) < d || now.Sub(pl.in.LastScaleDown) < d
+}
 
 // liveNodes returns the indices of live nodes, in ID order.
 func (pl *planner) liveNodes() []int {
@@ -49,7 +78,7 @@ type capacityView struct {
 func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 	f := pl.in.Fleet
 	now := pl.now()
-	target := min(max(f.TargetNodes(), 0), f.MaxNodes)
+	target := pl.target()
 	var liveOffs []providers.Offering
 	odLive, running, pendingSpot := 0, 0, 0
 	for _, i := range live {
@@ -71,6 +100,14 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 		ChangeRate: placement.ChangeRate(fb.Spot, pl.in.Records, now), Progress: pl.in.Progress,
 		Changeover: pl.p.Model.InterruptionCost, Policy: pl.p.Deadline,
 	}
+	if k := pl.in.WorkScale; k > 1 && f.Work > 0 {
+		// The work (given at max_nodes) takes k times as long at the
+		// autoscaler's size: so does what is left of it.
+		scaled := *f
+		scaled.Work = time.Duration(float64(f.Work) * k)
+		fin.Fleet = &scaled
+		fin.Progress.Done = time.Duration(float64(fin.Progress.Done) * k)
+	}
 
 	outlook := pl.outlook(fb, fin)
 	exclude := map[string]bool{}
@@ -87,7 +124,7 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 		Fleet: f, Offerings: pl.in.Offerings, Records: pl.in.Records, Now: now,
 		Model: pl.p.Model, Nodes: liveOffs, Need: max(target-len(live), 0), Target: target,
 		Exclude: exclude, AtBoundary: running == 0, MinImprovement: pl.p.MinImprovement,
-		Outlook: outlook,
+		Outlook: outlook, Move: pl.in.Move,
 	}
 	admitted := base
 	if minRun := placement.MinSpotRun(fin); minRun > 0 {
@@ -186,7 +223,7 @@ func (pl *planner) scale() {
 	f := pl.in.Fleet
 	target := 0
 	if f != nil && !pl.in.Destroying {
-		target = min(max(f.TargetNodes(), 0), f.MaxNodes)
+		target = pl.target()
 	}
 	pl.plan.Target = target
 	if target == 0 {
@@ -274,8 +311,7 @@ func (pl *planner) scale() {
 		// pass never wait; growth beyond that waits for the cooldowns.
 		exempt := max(f.MinNodes-len(live), pl.replaced, 0)
 		n := deficit
-		cool := pl.now().Sub(pl.in.LastScaleUp) < pl.p.ScaleUpCooldown || pl.now().Sub(pl.in.LastScaleDown) < pl.p.ScaleUpCooldown
-		if cool {
+		if pl.cooling(pl.p.ScaleUpCooldown) {
 			n = min(n, exempt)
 		}
 		got := pl.launch(choice.Launch, n, "placement: "+choice.Reason)
@@ -346,7 +382,7 @@ func (pl *planner) shrink(live []int, surplus int, colocate spec.Colocate, group
 			victims = append(victims, v)
 		}
 	}
-	cool := pl.now().Sub(pl.in.LastScaleUp) < pl.p.ScaleDownCooldown || pl.now().Sub(pl.in.LastScaleDown) < pl.p.ScaleDownCooldown
+	cool := pl.cooling(pl.p.ScaleDownCooldown)
 	for _, i := range victims {
 		if pl.nodes[i].State == state.NodeRunning {
 			if cool {

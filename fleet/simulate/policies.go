@@ -39,10 +39,10 @@ func DefaultPolicies() []Policy {
 	}
 }
 
-// SelectPolicies picks policies by name from DefaultPolicies, in the
-// order given.
+// SelectPolicies picks policies by name from DefaultPolicies and the
+// goodput policy (GoodputPolicy), in the order given.
 func SelectPolicies(names []string) ([]Policy, error) {
-	all := DefaultPolicies()
+	all := append(DefaultPolicies(), GoodputPolicy())
 	var out []Policy
 	for _, n := range names {
 		n = strings.TrimSpace(n)

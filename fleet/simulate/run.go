@@ -46,6 +46,12 @@ type runner struct {
 	// exhaustive runs a pass at every event and check time (no skipping);
 	// tests compare it with the default.
 	exhaustive bool
+	// noEgress hides the checkpoint's egress from placement (Setup.NoEgress).
+	noEgress bool
+	// shape is the job's throughput per node count; as the goodput
+	// autoscaler (nil: the fleet aims at max_nodes). goodput.go.
+	shape Shape
+	as    *simAutoscale
 
 	now time.Time
 	ctx context.Context
@@ -97,14 +103,15 @@ func (r *runner) clock() time.Time { return r.now }
 
 func newRunner(s *Setup, pol Policy, fl *spec.Fleet, cfg providers.Config, mkt *sim.Market, start time.Time, zone string) (*runner, error) {
 	r := &runner{
-		fl: fl, cfg: cfg, job: s.Job, start: start, interval: s.Interval, exhaustive: s.Exhaustive,
+		fl: fl, cfg: cfg, job: s.Job, start: start, interval: s.Interval, exhaustive: s.Exhaustive, noEgress: s.NoEgress,
 		ctx: context.Background(), records: map[string]state.OfferingRecord{}, notices: map[string]interruption.Notice{},
 		joined: map[string]bool{}, gone: map[string]bool{},
 	}
 	r.now = start
 	r.deadline = start.Add(s.Job.Deadline)
 	r.hardEnd = r.deadline.Add(s.Job.Work)
-	r.restart = max(s.Job.Changeover-s.Job.LaunchLatency, 0)
+	// Every (re)start restores the checkpoint before the workers train.
+	r.restart = max(s.Job.Changeover-s.Job.LaunchLatency, 0) + s.Job.restoreTime()
 	r.prov = sim.New(sim.Options{Now: r.clock, Trace: s.Trace, Market: mkt})
 	m, err := r.prov.Market(cfg)
 	if err != nil {
@@ -123,6 +130,7 @@ func newRunner(s *Setup, pol Policy, fl *spec.Fleet, cfg providers.Config, mkt *
 	if s.Warm {
 		r.fallback.Spot = warmHistory(fl, m, start)
 	}
+	r.shape, r.as = s.Shape, newSimAutoscale(pol)
 	r.res = Result{Policy: pol.Name, Start: start, Zone: zone}
 	r.log = s.Log
 	return r, nil
@@ -165,7 +173,7 @@ func (r *runner) run() Result {
 	r.now = end
 	r.teardown()
 	u := r.prov.Usage()
-	r.res.Cost = u.Cost()
+	r.res.Cost = u.Cost() + r.res.EgressCost
 	r.res.SpotCost, r.res.OnDemandCost = u.SpotCost, u.OnDemandCost
 	r.res.SpotHours, r.res.OnDemandHours = u.SpotHours, u.OnDemandHours
 	r.res.Preemptions = u.Preemptions
@@ -180,7 +188,7 @@ func (r *runner) run() Result {
 // migration of a running job, no swap) whatever the market does, so
 // market ticks and policy checks are skipped; notices still come.
 func (r *runner) steady() bool {
-	target := min(max(r.fl.TargetNodes(), 0), r.fl.MaxNodes)
+	target := r.target()
 	live := 0
 	for _, n := range r.nodes {
 		switch n.State {
@@ -223,6 +231,9 @@ func (r *runner) next() (time.Time, bool, bool) {
 	}
 	consider(r.prov.NextEvent(), true, false)
 	consider(r.wakeRendezvous, true, false)
+	if r.as != nil {
+		consider(r.as.wake(r), true, false)
+	}
 	// Market changes feed the fleet's spot history even when steady.
 	for _, o := range r.market.Offers {
 		consider(o.NextChange(r.now), false, true)
@@ -393,7 +404,7 @@ func (r *runner) settle() bool {
 	r.logf("round %d closed: %s", round, key)
 	r.rate = 0
 	if len(assigned) >= r.fl.MinNodes {
-		r.rate = float64(len(assigned)) / float64(r.fl.MaxNodes)
+		r.rate = r.shape.rate(len(assigned), r.fl.MaxNodes)
 	}
 	r.productive = r.now.Add(r.restart)
 	return true
@@ -420,7 +431,10 @@ func (r *runner) input() reconcile.Input {
 		LastScaleUp: r.lastUp, LastScaleDown: r.lastDown, Fallback: r.fallback,
 		Joined: map[string]bool{}, InRound: map[string]bool{},
 		Progress:  placement.Progress{Start: r.start, Done: r.done},
-		NewNodeID: r.newNodeID, Params: r.params,
+		NewNodeID: r.newNodeID, Params: r.params, Move: r.moveCost(),
+	}
+	if r.as != nil {
+		r.as.into(&in)
 	}
 	for _, id := range r.members {
 		switch r.rdzv.View(id).State {
@@ -453,8 +467,14 @@ func (r *runner) newNodeID() string {
 
 // pass runs the reconciler once and executes its plan.
 func (r *runner) pass() {
+	if r.as != nil {
+		r.as.decide(r)
+	}
 	in := r.input()
 	plan := reconcile.Reconcile(in)
+	if r.as != nil {
+		r.as.last = plan
+	}
 	r.res.Passes++
 	if r.log != nil {
 		for _, a := range plan.Actions {
@@ -576,7 +596,39 @@ func (r *runner) launch(l reconcile.Launch) {
 	if res.Succeeded {
 		r.records[l.Offering.Key()] = placement.RecordLaunch(r.record(l.Offering.Key()), r.now)
 		r.instances = append(r.instances, created...)
+		r.chargeRestore(l.Offering)
 	}
+}
+
+// moveCost is what placement prices a move with: the checkpoint at the
+// store's region, spread over the work left.
+func (r *runner) moveCost() *placement.MoveCost {
+	j := r.job
+	if j.CheckpointBytes <= 0 {
+		return nil
+	}
+	m := &placement.MoveCost{Bytes: j.CheckpointBytes, Source: placement.Location{Cloud: j.Cloud, Region: j.CheckpointRegion},
+		Egress: j.Egress, RestoreMiBps: j.RestoreMiBps, Horizon: max(j.Work-r.done, time.Hour), CloudOf: map[string]string{sim.Name: j.Cloud}}
+	if r.noEgress {
+		m.Egress = placement.EgressTable{Source: "hidden from placement (-no-egress)"}
+	}
+	return m
+}
+
+// chargeRestore bills a launched node's restore of the checkpoint: egress
+// from the store's region to the node's.
+func (r *runner) chargeRestore(o providers.Offering) {
+	m := r.moveCost()
+	if m == nil {
+		return
+	}
+	dst := m.LocationOf(o)
+	rate, _ := r.job.Egress.Rate(m.Source, dst)
+	r.res.EgressCost += float64(m.Bytes) / 1e9 * rate
+	if dst != m.Source {
+		r.res.CrossRegionRestores++
+	}
+	r.logf("restore of %.0f GB from %s to %s: egress $%.2f", float64(m.Bytes)/1e9, m.Source, dst, float64(m.Bytes)/1e9*rate)
 }
 
 // timers is the earliest future time at which the reconciler's own

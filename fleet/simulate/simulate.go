@@ -34,6 +34,16 @@ type Job struct {
 	// joins), the rest is spent after the rendezvous round closes.
 	Changeover    time.Duration `json:"changeover"`
 	LaunchLatency time.Duration `json:"launch_latency"`
+	// CheckpointBytes is the checkpoint every (re)start restores (0: the
+	// sim block's checkpoint_gb; below 0: none). Each restore is charged
+	// the egress from CheckpointRegion to the node's region (Egress) and
+	// takes Bytes / RestoreMiBps of the restart.
+	CheckpointBytes  int64                 `json:"checkpoint_bytes,omitempty"`
+	CheckpointRegion string                `json:"checkpoint_region,omitempty"`
+	RestoreMiBps     float64               `json:"restore_mib_per_s,omitempty"`
+	Egress           placement.EgressTable `json:"egress"`
+	// Cloud is the market's cloud (the sim block's cloud), for egress prices.
+	Cloud string `json:"cloud,omitempty"`
 }
 
 // Policy is one way of running the job.
@@ -53,6 +63,9 @@ type Policy struct {
 	// PriceOnly), as the published baselines pick the cheapest zone
 	// with capacity.
 	PriceOnly bool `json:"price_only,omitempty"`
+	// Autoscale sizes the fleet with the goodput autoscaler (goodput.go)
+	// instead of aiming at max_nodes.
+	Autoscale bool `json:"autoscale,omitempty"`
 }
 
 // Setup is a simulation.
@@ -87,6 +100,13 @@ type Setup struct {
 	// Log, when set, receives every run's plan actions and round changes
 	// (use with few windows and Parallel 1).
 	Log io.Writer
+	// Shape is the job's throughput per node count (goodput.go); the zero
+	// Shape scales linearly.
+	Shape Shape
+	// NoEgress hides the checkpoint's egress from placement (the
+	// comparison run): restores are still charged their egress and take
+	// their time, only the decisions ignore it.
+	NoEgress bool
 
 	cfg     providers.Config
 	market  *sim.Market
@@ -114,6 +134,12 @@ type Result struct {
 	Preemptions   int           `json:"preemptions"`
 	Restarts      int           `json:"restarts"`
 	Passes        int           `json:"passes,omitempty"`
+	// SizeChanges counts the autoscaler's target changes.
+	SizeChanges int `json:"size_changes,omitempty"`
+	// EgressCost is what the checkpoint restores cost in egress (part of
+	// Cost); CrossRegionRestores counts restores from another region.
+	EgressCost          float64 `json:"egress_cost,omitempty"`
+	CrossRegionRestores int     `json:"cross_region_restores,omitempty"`
 }
 
 // Prepare checks the setup and resolves the market and the job: zero Job
@@ -193,6 +219,7 @@ func (s *Setup) Prepare() error {
 	if s.Interval <= 0 {
 		s.Interval = s.market.Offers[0].Series.Tick
 	}
+	s.prepareCheckpoint(c)
 	if len(s.Policies) == 0 {
 		s.Policies = DefaultPolicies()
 	}
@@ -360,4 +387,49 @@ func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, err
 		res.Cost = 0
 	}
 	return res, nil
+}
+
+// prepareCheckpoint resolves the job's checkpoint from the sim block: its
+// size, the store's region (default: the first zone's), the restore
+// throughput and the egress table (the spec's overrides on the defaults,
+// or nothing with NoEgress).
+func (s *Setup) prepareCheckpoint(c sim.Config) {
+	if s.Job.CheckpointBytes == 0 {
+		s.Job.CheckpointBytes = int64(c.CheckpointGB * 1e9)
+	}
+	if s.Job.CheckpointBytes < 0 {
+		s.Job.CheckpointBytes = 0
+	}
+	if s.Job.CheckpointRegion == "" {
+		s.Job.CheckpointRegion = c.CheckpointRegion
+	}
+	if s.Job.CheckpointRegion == "" {
+		zones := s.market.Zones()
+		for _, o := range s.market.Offers {
+			if len(zones) > 0 && o.Spot.Zone == zones[0] {
+				s.Job.CheckpointRegion = o.Spot.Region
+			}
+		}
+	}
+	if s.Job.RestoreMiBps <= 0 {
+		s.Job.RestoreMiBps = c.RestoreMiBps
+	}
+	if s.Job.RestoreMiBps <= 0 {
+		s.Job.RestoreMiBps = placement.DefaultRestoreMiBps
+	}
+	if s.Job.Cloud == "" {
+		s.Job.Cloud = c.Cloud
+	}
+	if s.Job.Cloud == "" {
+		s.Job.Cloud = sim.Name
+	}
+	s.Job.Egress = placement.EgressFor(s.Fleet.Placement)
+}
+
+// restoreTime is how long one restore of the checkpoint takes.
+func (j Job) restoreTime() time.Duration {
+	if j.CheckpointBytes <= 0 || j.RestoreMiBps <= 0 {
+		return 0
+	}
+	return time.Duration(float64(j.CheckpointBytes) / (1 << 20) / j.RestoreMiBps * float64(time.Second))
 }

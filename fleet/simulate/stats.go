@@ -27,6 +27,10 @@ type Summary struct {
 	Migrations    float64 `json:"mean_migrations"`
 	Preemptions   float64 `json:"mean_preemptions"`
 	Restarts      float64 `json:"mean_restarts"`
+	// EgressCost and CrossRegionRestores are the means of the runs'
+	// checkpoint egress (in MeanCost) and restores from another region.
+	EgressCost          float64 `json:"mean_egress_cost,omitempty"`
+	CrossRegionRestores float64 `json:"mean_cross_region_restores,omitempty"`
 	// Ratio is the mean cost over the optimum's mean cost; MeanRatio the
 	// mean of the per-window ratios. Zero without an optimum.
 	Ratio     float64 `json:"ratio_to_optimum"`
@@ -76,6 +80,8 @@ func Summarize(policies []Policy, zones int, results []Result) []Summary {
 			s.Preemptions += float64(r.Preemptions)
 			s.Restarts += float64(r.Restarts)
 			s.Passes += float64(r.Passes)
+			s.EgressCost += r.EgressCost
+			s.CrossRegionRestores += float64(r.CrossRegionRestores)
 			if r.Missed {
 				s.Misses++
 			}
@@ -97,6 +103,8 @@ func Summarize(policies []Policy, zones int, results []Result) []Summary {
 			s.Preemptions /= n
 			s.Restarts /= n
 			s.Passes /= n
+			s.EgressCost /= n
+			s.CrossRegionRestores /= n
 		}
 		if len(ratios) > 0 {
 			s.MeanRatio = mean(ratios)
@@ -142,7 +150,9 @@ type Report struct {
 	Interval time.Duration `json:"interval"`
 	// Warm: each window's fleet started from the trace's market history
 	// before the window (Setup.Warm).
-	Warm     bool          `json:"warm,omitempty"`
+	Warm bool `json:"warm,omitempty"`
+	// NoEgress: placement did not see the checkpoint's egress (Setup.NoEgress).
+	NoEgress bool          `json:"no_egress,omitempty"`
 	Wall     time.Duration `json:"wall_time"`
 	Policies []Summary     `json:"policies"`
 	Results  []Result      `json:"results,omitempty"`
@@ -170,6 +180,28 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%s\t\n", s.Policy, s.Zones, s.MeanCost, s.P50Cost, s.P90Cost,
 			s.SpotHours, s.OnDemandHours, misses, s.Migrations, s.Preemptions, ratio)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Job.CheckpointBytes <= 0 {
+		return nil
+	}
+	// The checkpoint's journey, when the job has one (the optimum does
+	// not model it).
+	seen := "priced by placement"
+	if r.NoEgress {
+		seen = "hidden from placement (-no-egress) but charged"
+	}
+	fmt.Fprintf(w, "\ncheckpoint %.0f GB in %s, restored at every (re)start at %.0f MiB/s (%s); egress %s; prices: %s, as of %s\n",
+		float64(r.Job.CheckpointBytes)/1e9, r.Job.CheckpointRegion, r.Job.RestoreMiBps, r.Job.restoreTime().Round(time.Second), seen, r.Job.Egress.Source, r.Job.Egress.AsOf)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tmean egress $\tcross-region restores\t")
+	for _, s := range r.Policies {
+		if s.Policy == "optimum" {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t\n", s.Policy, s.EgressCost, s.CrossRegionRestores)
 	}
 	return tw.Flush()
 }

@@ -47,6 +47,8 @@ var placementSchema = &hcl.BodySchema{
 		{Name: "strategy"},
 		{Name: "colocate"},
 		{Name: "on_demand_fallback"},
+		{Name: "egress_per_gb"},
+		{Name: "scale"},
 	},
 }
 
@@ -62,6 +64,10 @@ var trainingSchema = &hcl.BodySchema{
 		{Name: "checkpoint_uri"},
 		{Name: "env"},
 		{Name: "warm_start"},
+		{Name: "elastic"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "checkpoint"},
 	},
 }
 
@@ -94,6 +100,7 @@ var reservedEnvPrefixes = []string{"TORCHELASTIC_", "FLEETD_"}
 var (
 	strategies = []string{string(StrategyPriceCapacity), string(StrategyLowestPrice), string(StrategyCapacity)}
 	colocates  = []string{string(ColocateZone), string(ColocateRegion), string(ColocateNone)}
+	scales     = []string{string(ScaleGoodput), string(ScaleMax)}
 )
 
 // ValidFleetName reports whether name can be a fleet name.
@@ -261,6 +268,9 @@ func (p *parser) decodePlacement(blocks hcl.Blocks, pl *Placement) hcl.Attribute
 	if p.enumAttr(a["colocate"], colocates, &s) {
 		pl.Colocate = Colocate(s)
 	}
+	if p.enumAttr(a["scale"], scales, &s) {
+		pl.Scale = Scale(s)
+	}
 	if fa := a["on_demand_fallback"]; p.stringAttr(fa, &s) {
 		kind, after, err := parseFallback(s)
 		if err != nil {
@@ -269,6 +279,7 @@ func (p *parser) decodePlacement(blocks hcl.Blocks, pl *Placement) hcl.Attribute
 			pl.Fallback, pl.FallbackAfter = kind, after
 		}
 	}
+	p.decodeEgress(a["egress_per_gb"], pl)
 	return a
 }
 
@@ -430,11 +441,17 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 	if p.boolAttr(a["warm_start"], &warm) {
 		t.WarmStart = &warm
 	}
+	if ea := a["elastic"]; p.stringAttr(ea, &t.Elastic) && t.Elastic != ElasticRestart && t.Elastic != ElasticInProcess {
+		p.attrError(ea, "Invalid elastic mode",
+			fmt.Sprintf("elastic must be %q (workers restart at every membership change; the default) or %q (workers stay alive and are handed each new round; the script uses fleetd_elastic), got %q.",
+				ElasticRestart, ElasticInProcess, t.Elastic))
+	}
 	if ea := a["env"]; p.stringMapAttr(ea, &t.Env) {
 		for _, k := range sortedKeys(t.Env) {
 			p.checkEnvName(ea, k)
 		}
 	}
+	p.decodeCheckpoint(content.Blocks, t)
 	return a
 }
 

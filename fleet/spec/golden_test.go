@@ -64,7 +64,11 @@ var brokenWant = map[string][]string{
 	},
 	"deadline_without_work":  {"Deadline without a work estimate", "GPU types on CPU-only nodes", "Invalid checkpoint_uri", "Deadline fallback without a deadline", "Warning: on_demand_fallback has no effect", "4 errors, 1 warning"},
 	"missing_variable_value": {`Variable "project" has no default`, "The default does not match the variable's type number", "no-such-file.txt", "3 errors"},
-	"missing_blocks":         {`The argument "max_nodes" is required`, "Missing node block", "Missing provider block", "Missing training block", "Invalid fleet name", "Duplicate node block", "6 errors"},
+	"bad_checkpoint": {
+		"bad_checkpoint.hcl:15:15", "dir is a directory on the node, not a URL", `unknown parameter "endpont" for s3://; did you mean "endpoint"?`,
+		"keep must be at least 1", "bad_checkpoint.hcl:35:5", "Missing checkpoint dir", "Signed URLs for a file store", "5 errors",
+	},
+	"missing_blocks": {`The argument "max_nodes" is required`, "Missing node block", "Missing provider block", "Missing training block", "Invalid fleet name", "Duplicate node block", "6 errors"},
 }
 
 func TestBrokenSpecsGolden(t *testing.T) {

@@ -92,8 +92,9 @@ type Fleet struct {
 	DeclRange  hcl.Range     `json:"-"`
 }
 
-// TargetNodes is the node count to aim for: desired_nodes when set,
-// otherwise max_nodes (the autoscaler may still settle lower).
+// TargetNodes is the node count to aim for before the autoscaler has
+// decided: desired_nodes when set, otherwise max_nodes (the autoscaler
+// then settles where throughput and price say, docs/autoscale.md).
 func (f *Fleet) TargetNodes() int {
 	if f.DesiredNodes > 0 {
 		return f.DesiredNodes
@@ -164,6 +165,31 @@ type Placement struct {
 	Fallback Fallback `json:"on_demand_fallback"`
 	// FallbackAfter is set when Fallback is FallbackAfter.
 	FallbackAfter time.Duration `json:"on_demand_fallback_after,omitempty"`
+	// EgressPerGB overrides the egress price table a job move is priced
+	// with: "FROM->TO" (each "cloud", "cloud:region" or "*") → $/GB.
+	EgressPerGB map[string]float64 `json:"egress_per_gb,omitempty"`
+	// Scale is how the autoscaler sizes the fleet when desired_nodes is
+	// unset; empty means ScaleGoodput (ScalePolicy).
+	Scale Scale `json:"scale,omitempty"`
+}
+
+// Scale is the autoscaler's policy (placement.scale).
+type Scale string
+
+const (
+	// ScaleGoodput sizes the fleet by measured training throughput and
+	// price (docs/autoscale.md); the default.
+	ScaleGoodput Scale = "goodput"
+	// ScaleMax aims at max_nodes.
+	ScaleMax Scale = "max"
+)
+
+// ScalePolicy is Scale with its default applied.
+func (p Placement) ScalePolicy() Scale {
+	if p.Scale == "" {
+		return ScaleGoodput
+	}
+	return p.Scale
 }
 
 // FallbackString renders the fallback policy in spec syntax.
@@ -198,7 +224,24 @@ type Training struct {
 	// WarmStart false turns the agents' pre-started Python interpreters
 	// off; nil (not set) means on (docs/agent.md, "Warm starts").
 	WarmStart *bool `json:"warm_start,omitempty"`
+	// Elastic is how membership changes reach the workers: ElasticRestart
+	// (empty means the same: the default) or ElasticInProcess
+	// (docs/agent.md, "In-process elastic mode").
+	Elastic string `json:"elastic,omitempty"`
+	// Checkpoint is the training.checkpoint block; nil when absent (then
+	// checkpoint_uri alone is handed to the workers, as before).
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
+
+// Elastic modes (training.elastic).
+const (
+	// ElasticRestart: workers are stopped and restarted at every
+	// membership change (torchrun's behaviour; any script works).
+	ElasticRestart = "restart"
+	// ElasticInProcess: workers stay alive; the agent hands them each
+	// new round and the script follows it with fleetd_elastic.
+	ElasticInProcess = "in-process"
+)
 
 // Rendezvous tunes the membership rounds.
 type Rendezvous struct {

@@ -202,6 +202,7 @@ func TestValidationRules(t *testing.T) {
 		{"deadline with work", parts{top: `deadline = "2026-12-01T00:00:00Z"` + "\nwork = \"10h\""}, "", ""},
 		{"deadline fallback without deadline", parts{placement: `on_demand_fallback = "deadline"`}, "Deadline fallback without a deadline", `"deadline"`},
 		{"bad strategy", parts{placement: `strategy = "capacity-optimized"`}, "Unsupported strategy", `"capacity-optimized"`},
+		{"bad scale", parts{placement: `scale = "goodputt"`}, "Unsupported scale", `"goodputt"`},
 		{"bad colocate", parts{placement: `colocate = "rack"`}, "Unsupported colocate", `"rack"`},
 		{"all placement values", parts{placement: "strategy = \"capacity\"\ncolocate = \"none\"\non_demand_fallback = \"never\""}, "", ""},
 		{"bad fallback", parts{placement: `on_demand_fallback = "always"`}, "Invalid on_demand_fallback", `"always"`},
@@ -677,6 +678,22 @@ func TestWarmStartSetting(t *testing.T) {
 		got := f.Fleets[0].Training.WarmStart
 		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
 			t.Errorf("%q: warm_start %v, want %v", tt.training, got, tt.want)
+		}
+	}
+}
+
+func TestScaleSetting(t *testing.T) {
+	for _, c := range []struct {
+		placement string
+		want      Scale
+	}{
+		{"", ScaleGoodput},
+		{`scale = "goodput"`, ScaleGoodput},
+		{`scale = "max"`, ScaleMax},
+	} {
+		f := mustParse(t, parts{placement: c.placement}.src(), testOptions())
+		if got := f.Fleets[0].Placement.ScalePolicy(); got != c.want {
+			t.Errorf("%q: scale %q, want %q", c.placement, got, c.want)
 		}
 	}
 }

@@ -32,8 +32,10 @@ type Fleet struct {
 	Completed   bool      `json:"completed,omitempty"`
 	Succeeded   bool      `json:"succeeded,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// CompletedDetail is what the agent that reported the end said of it.
+	CompletedDetail string    `json:"completed_detail,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
 }
 
 // NodeState is a node's lifecycle state.

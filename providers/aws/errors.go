@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/smithy-go"
 
 	"github.com/fleetd/fleetd/providers"
@@ -44,6 +45,18 @@ var errorKinds = map[string]providers.ErrorKind{
 	"Unavailable":          providers.KindTransient,
 	"RequestTimeout":       providers.KindTransient,
 
+	// The credentials themselves: missing, expired or not accepted. No
+	// retry helps, and plan must say so instead of planning around it.
+	"AuthFailure":                 providers.KindAuth,
+	"ExpiredToken":                providers.KindAuth,
+	"ExpiredTokenException":       providers.KindAuth,
+	"RequestExpired":              providers.KindAuth, // signed too long ago: a clock or a stale signature
+	"InvalidClientTokenId":        providers.KindAuth,
+	"UnrecognizedClientException": providers.KindAuth,
+	"SignatureDoesNotMatch":       providers.KindAuth,
+	"InvalidAccessKeyId":          providers.KindAuth,
+	"MissingAuthenticationToken":  providers.KindAuth,
+
 	"InvalidParameterValue":       providers.KindInvalidConfig,
 	"InvalidParameterCombination": providers.KindInvalidConfig,
 	"InvalidParameter":            providers.KindInvalidConfig,
@@ -52,7 +65,6 @@ var errorKinds = map[string]providers.ErrorKind{
 	// EC2 says UnauthorizedOperation when IAM denies a call, moto says
 	// AccessDenied: either way a permission the block's credentials lack.
 	"AccessDenied":                providers.KindInvalidConfig,
-	"AuthFailure":                 providers.KindInvalidConfig,
 	"OptInRequired":               providers.KindInvalidConfig,
 	"Blocked":                     providers.KindInvalidConfig,
 	"InvalidInstanceType":         providers.KindInvalidConfig,
@@ -105,7 +117,12 @@ func classify(op string, offering string, err error) error {
 	}
 	code := apiCode(err)
 	kind := kindOfCode(code)
-	if code == "" {
+	switch {
+	case code == "" && credentialsFailed(err):
+		// The request was never sent: no credentials could be found or
+		// refreshed (none configured, an SSO session or role that expired).
+		kind, code = providers.KindAuth, "NoCredentials"
+	case code == "":
 		// No answer from EC2 at all (connection refused, DNS, TLS): the
 		// SDK already retried it; worth retrying later.
 		kind = providers.KindTransient
@@ -118,4 +135,14 @@ func classify(op string, offering string, err error) error {
 		pe.RetryAfter = time.Second
 	}
 	return pe
+}
+
+// credentialsFailed says whether err is the SDK failing to get credentials
+// before sending a request. Depending on the service client's generation
+// the SDK reports that as a signing error (the SigV4 middleware) or as an
+// identity-resolution error, which has no type of its own: its text is
+// "get identity: ...".
+func credentialsFailed(err error) bool {
+	var se *v4.SigningError
+	return errors.As(err, &se) || strings.Contains(err.Error(), "get identity: ")
 }

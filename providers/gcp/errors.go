@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers"
+	"golang.org/x/oauth2"
 	"google.golang.org/api/googleapi"
 )
 
@@ -23,6 +24,7 @@ const (
 	classCapacity
 	classExists
 	classNotFound
+	classAuth // credentials missing, expired or rejected
 )
 
 // classify maps one code: an operation's error.errors[].code (async) or a
@@ -43,6 +45,8 @@ func classify(code string) class {
 		return classExists
 	case "notFound", "RESOURCE_NOT_FOUND":
 		return classNotFound
+	case "authError", "UNAUTHENTICATED", "unauthorized":
+		return classAuth
 	case "invalid", "badRequest", "required", "invalidParameter", "parseError",
 		"INVALID_FIELD_VALUE", "INVALID_USAGE", "forbidden", "accessNotConfigured",
 		"insufficientPermissions", "PERMISSIONS_ERROR":
@@ -54,7 +58,7 @@ func classify(code string) class {
 // worst picks the class that matters most when an error carries several
 // codes: capacity and quota decide placement, so they win.
 func worst(a, b class) class {
-	rank := map[class]int{classOther: 0, classInvalid: 1, classTransient: 2, classNotFound: 3, classExists: 4, classQuota: 5, classCapacity: 6}
+	rank := map[class]int{classOther: 0, classInvalid: 1, classTransient: 2, classNotFound: 3, classExists: 4, classAuth: 5, classQuota: 6, classCapacity: 7}
 	if rank[b] > rank[a] {
 		return b
 	}
@@ -73,6 +77,8 @@ func kindOf(c class) providers.ErrorKind {
 		return providers.KindNotFound
 	case classInvalid:
 		return providers.KindInvalidConfig
+	case classAuth:
+		return providers.KindAuth
 	}
 	return ""
 }
@@ -111,7 +117,10 @@ func classifyAPI(err error) (apiErr, bool) {
 			out.class = classNotFound
 		case ge.Code == http.StatusConflict && out.class == classOther:
 			out.class = classExists
-		case ge.Code == http.StatusBadRequest || ge.Code == http.StatusUnauthorized || ge.Code == http.StatusForbidden:
+		case ge.Code == http.StatusUnauthorized:
+			// 401 is the credentials (403 is a permission they lack).
+			out.class = classAuth
+		case ge.Code == http.StatusBadRequest || ge.Code == http.StatusForbidden:
 			out.class = classInvalid
 		}
 	}
@@ -133,6 +142,12 @@ func mapErr(err error, what, off string) error {
 		return fmt.Errorf("gcp: %s: %w", what, err)
 	}
 	a, ok := classifyAPI(err)
+	var re *oauth2.RetrieveError
+	if !ok && (errors.As(err, &re) || strings.Contains(err.Error(), "could not find default credentials")) {
+		// The request was never sent: no credentials were found, or the
+		// token endpoint refused them (revoked key, expired refresh token).
+		return &providers.Error{Kind: providers.KindAuth, Code: "NoCredentials", Offering: off, Err: fmt.Errorf("gcp: %s: %w", what, err)}
+	}
 	if !ok {
 		// No API answer at all (connection refused, reset, DNS): retry.
 		return &providers.Error{Kind: providers.KindTransient, Code: "Unreachable", Offering: off, Err: fmt.Errorf("gcp: %s: %w", what, err)}

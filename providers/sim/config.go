@@ -49,6 +49,10 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "changeover", Type: providers.TypeString, Description: "Total cost of one (re)start in time, launch latency included: launch, setup and lost progress (default \"12m\"). Used by fleetd sim's job model."},
 	{Name: "start", Type: providers.TypeString, Description: "Daemon mode: trace time the provider's clock starts at, RFC 3339 or an offset from the trace start such as \"36h\" (default: the trace start)."},
 	{Name: "speed", Type: providers.TypeNumber, Description: "Daemon mode: virtual seconds per real second (default 1)."},
+	{Name: "capacity_scale", Type: providers.TypeNumber, Description: "Multiplies every series' spot capacity (default 1): a 0/1 probe trace stands for pools of this many instances, for multi-node fleets."},
+	{Name: "checkpoint_gb", Type: providers.TypeNumber, Description: "fleetd sim: the job's checkpoint size in GB; every (re)start restores it, charged egress from checkpoint_region and restore time (default 0: none)."},
+	{Name: "checkpoint_region", Type: providers.TypeString, Description: "fleetd sim: region of the checkpoint store (default: the region of the trace's first zone)."},
+	{Name: "restore_mib_per_s", Type: providers.TypeNumber, Description: "fleetd sim: restore throughput in MiB/s (default 200)."},
 }}
 
 // Config is the decoded provider block.
@@ -68,6 +72,12 @@ type Config struct {
 	Changeover    string   `json:"changeover,omitempty"`
 	Start         string   `json:"start,omitempty"`
 	Speed         float64  `json:"speed,omitempty"`
+	// CapacityScale multiplies the series' spot capacity (0: 1).
+	CapacityScale int `json:"capacity_scale,omitempty"`
+	// The checkpoint fleetd sim restores at every (re)start.
+	CheckpointGB     float64 `json:"checkpoint_gb,omitempty"`
+	CheckpointRegion string  `json:"checkpoint_region,omitempty"`
+	RestoreMiBps     float64 `json:"restore_mib_per_s,omitempty"`
 }
 
 // DecodeConfig decodes and checks a provider block; errors are
@@ -88,6 +98,12 @@ func DecodeConfig(cfg providers.Config) (Config, error) {
 	}
 	if c.GPUs < 0 || c.VCPUs < 0 || c.MemoryGiB < 0 || c.OnDemandPrice < 0 || c.SpotPrice < 0 || c.Speed < 0 {
 		return c, providers.Errorf(providers.KindInvalidConfig, "sim provider block: negative gpus, vcpus, memory_gib, price or speed")
+	}
+	if c.CapacityScale < 0 || c.CapacityScale > 1<<20 {
+		return c, providers.Errorf(providers.KindInvalidConfig, "sim provider block: capacity_scale must be in 1..%d", 1<<20)
+	}
+	if c.CheckpointGB < 0 || c.RestoreMiBps < 0 {
+		return c, providers.Errorf(providers.KindInvalidConfig, "sim provider block: negative checkpoint_gb or restore_mib_per_s")
 	}
 	for name, s := range map[string]string{"notice_lead": c.NoticeLead, "launch_latency": c.LaunchLatency, "changeover": c.Changeover} {
 		if s == "" {

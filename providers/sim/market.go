@@ -36,6 +36,7 @@ type Offer struct {
 	// cum[i] is the cost in $ of running on spot through ticks 0..i-1.
 	cum   []float64
 	price float64 // constant spot price when the series has none
+	scale int     // capacity_scale: capacity is Avail × scale
 }
 
 // NewMarket resolves cfg against tr.
@@ -74,7 +75,7 @@ func NewMarket(tr *Trace, c Config) (*Market, error) {
 		if s.Price == nil && !(meta.SpotPrice > 0) {
 			return nil, providers.Errorf(providers.KindInvalidConfig, "series %s has no spot prices: add them to the trace or set spot_price", s.Key)
 		}
-		o := &Offer{Index: len(m.Offers), Series: s, Meta: meta, NoticeLead: lead, price: meta.SpotPrice}
+		o := &Offer{Index: len(m.Offers), Series: s, Meta: meta, NoticeLead: lead, price: meta.SpotPrice, scale: max(c.CapacityScale, 1)}
 		base := providers.Offering{Provider: Name, Region: meta.Region, Zone: meta.Zone, InstanceType: meta.InstanceType,
 			GPUs: meta.GPUs, GPUType: meta.GPUType, VCPUs: meta.VCPUs, MemoryGiB: meta.MemoryGiB}
 		o.Spot, o.OnDemand = base, base
@@ -154,12 +155,15 @@ func (o *Offer) priceAt(i int) float64 {
 }
 
 // Capacity is how many spot instances can run at t.
-func (o *Offer) Capacity(t time.Time) int { return int(o.Series.Avail[o.tickAt(t)]) }
+func (o *Offer) Capacity(t time.Time) int { return int(o.Series.Avail[o.tickAt(t)]) * o.capScale() }
 
 // CapacityAt is the capacity of tick i (clamped).
 func (o *Offer) CapacityAt(i int) int {
-	return int(o.Series.Avail[max(0, min(i, len(o.Series.Avail)-1))])
+	return int(o.Series.Avail[max(0, min(i, len(o.Series.Avail)-1))]) * o.capScale()
 }
+
+// capScale is the provider block's capacity_scale (1 when unset).
+func (o *Offer) capScale() int { return max(o.scale, 1) }
 
 // SpotPrice is the spot price at t in $/h.
 func (o *Offer) SpotPrice(t time.Time) float64 { return o.priceAt(o.tickAt(t)) }

@@ -56,6 +56,24 @@
     return Math.floor(sec / 86400) + "d";
   }
   const clock = (t) => new Date(t).toLocaleTimeString([], { hour12: false });
+  function rate(v) {
+    v = v || 0;
+    if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+    if (v >= 1e4) return (v / 1e3).toFixed(0) + "k";
+    if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
+    if (v >= 10) return v.toFixed(0);
+    return v.toFixed(2);
+  }
+  // A heartbeat comes every second or so: tenths under ten seconds.
+  const hbAge = (sec) => (sec < 10 ? Math.max(0, sec).toFixed(1) + "s" : dur(sec));
+  function progressText(t) {
+    if (!t) return "–";
+    if (t.source === "round-timing") return "no reports";
+    let s = String(t.step) + (t.total_steps ? " / " + t.total_steps : "");
+    if (t.samples_per_second) s += " · " + rate(t.samples_per_second) + "/s";
+    if (t.eta_seconds) s += " · ETA " + dur(t.eta_seconds);
+    return s;
+  }
 
   // ---------- token ----------
   function takeToken() {
@@ -269,6 +287,7 @@
         el("td", {}, stateSummary(f.nodes_by_state)),
         el("td", {}, rdv ? `${rdv.round} (${rdv.state})` : "–"),
         el("td", {}, rdv ? String(rdv.world_size) : "–"),
+        el("td", { class: "fleet-progress" }, progressText(f.training)),
         el("td", {}, usdh(f.cost_per_hour)),
         el("td", {}, usd(f.spend_usd)),
         el("td", {}, usd(f.savings_usd)),
@@ -295,6 +314,8 @@
     const pct = d.on_demand_equivalent_usd > 0 ? ` (${Math.round((100 * d.savings_usd) / d.on_demand_equivalent_usd)}%)` : "";
     $("kpi-savings").textContent = usd(d.savings_usd) + pct;
     $("kpi-interruptions").textContent = String(d.interruptions || 0);
+    renderTraining(d);
+    renderCheckpoint(d);
 
     const al = $("alerts");
     al.replaceChildren();
@@ -304,12 +325,14 @@
     nb.replaceChildren();
     const nodes = (d.nodes || []).slice().sort((a, b) => (a.state === "terminated") - (b.state === "terminated") || a.id.localeCompare(b.id));
     for (const n of nodes) {
-      const hb = n.last_heartbeat ? dur((Date.parse(app.status.time) - Date.parse(n.last_heartbeat)) / 1000) + " ago" : "–";
+      const hb = n.last_heartbeat ? hbAge((Date.parse(app.status.time) - Date.parse(n.last_heartbeat)) / 1000) + " ago" : "–";
+      const round = n.round ? String(n.round) : n.rendezvous_state || "–";
       nb.append(el("tr", { "data-node": n.id, "data-state": n.state },
         el("td", {}, n.id), el("td", {}, el("span", { class: "state state-" + n.state }, n.state)),
+        el("td", { class: "node-instance mono" }, n.instance_id || "–"), el("td", { class: "node-address mono" }, n.address || "–"),
         el("td", {}, n.provider), el("td", {}, n.zone || n.region), el("td", {}, n.instance_type),
         el("td", {}, n.capacity_type), el("td", {}, (n.price_per_hour || 0).toFixed(3)),
-        el("td", {}, dur(n.age_seconds)), el("td", {}, n.round ? String(n.round) : "–"), el("td", {}, hb),
+        el("td", {}, dur(n.age_seconds)), el("td", { class: "node-round" }, round), el("td", { class: "node-heartbeat" }, hb),
         el("td", { class: "msg" }, n.reason || "")));
     }
 
@@ -319,9 +342,59 @@
     $("no-recoveries").hidden = recs.length > 0;
     $("recoveries").hidden = recs.length === 0;
     for (const r of recs) {
-      rb.append(el("tr", { "data-kind": r.kind }, el("td", {}, clock(r.at)), el("td", {}, r.kind), el("td", {}, r.node || "–"), el("td", {}, r.duration_seconds.toFixed(2) + "s")));
+      rb.append(el("tr", { "data-kind": r.kind }, el("td", {}, clock(r.at)), el("td", {}, r.kind), el("td", {}, r.node || "–"),
+        el("td", {}, r.duration_seconds.toFixed(2) + "s"), el("td", {}, r.lost_steps === undefined ? "–" : String(r.lost_steps))));
     }
     renderCharts(d.name);
+  }
+
+  // The training KPIs, the size explanation and the round-timing note.
+  // renderCheckpoint shows training.checkpoint's store (docs/checkpoints.md):
+  // the newest checkpoint in it, transfers, the last restore, a failure.
+  function renderCheckpoint(d) {
+    const c = d.checkpoint;
+    $("checkpoint").hidden = !c;
+    if (!c) return;
+    const gib = (b) => b >= 1073741824 ? (b / 1073741824).toFixed(2) + " GiB" : b >= 1048576 ? (b / 1048576).toFixed(1) + " MiB"
+      : b >= 1024 ? (b / 1024).toFixed(1) + " KiB" : b + " B";
+    const rate = (r) => (r >= 10 ? r.toFixed(0) : r.toPrecision(2)) + " MiB/s";
+    const parts = [c.store ? `${c.dir} → ${c.store} (${c.access})` : `${c.dir} (on the nodes only)`];
+    parts.push(c.last_step >= 0 ? `step ${c.last_step}, ${gib(c.bytes || 0)}, ${dur(c.age_seconds || 0)} old` : "none in the store yet");
+    if (c.upload_mib_per_s) parts.push(`upload ${rate(c.upload_mib_per_s)}`);
+    if (c.restore_mib_per_s) parts.push(`restore ${rate(c.restore_mib_per_s)}`);
+    for (const [what, t] of [["uploading", c.uploading], ["restoring", c.restoring]]) {
+      if (t) parts.push(`${what} step ${t.step} on ${t.node}: ${gib(t.done_bytes)} of ${gib(t.total_bytes)}`);
+    }
+    if (c.error) parts.push(`failing (${c.error_kind} on ${c.error_node}): ${c.error}`);
+    // What placement charges a move away from the store (egress to every
+    // node, restore time): why the job prefers to stay near its checkpoint.
+    if (c.moves && c.moves.length) {
+      const to = (m) => m.to.endsWith(":*") ? "another " + m.to.slice(0, -2) + " region" : m.to;
+      parts.push("a move costs " + c.moves.map((m) => `${to(m)} $${m.egress_usd.toFixed(2)} ($${m.egress_per_gb.toFixed(3)}/GB)`).join(", ") +
+        `, restore ≈ ${dur(c.moves[0].restore_seconds)} per node (egress prices as of ${c.moves[0].as_of})`);
+    }
+    $("checkpoint-explain").textContent = parts.join("; ");
+    $("checkpoint").dataset.failing = c.error ? "1" : "0";
+  }
+
+  function renderTraining(d) {
+    const t = d.training;
+    const rep = t && t.source === "reports";
+    $("kpi-step").textContent = rep ? String(t.step) + (t.total_steps ? " / " + t.total_steps : "") : "–";
+    $("kpi-throughput").textContent = rep ? rate(t.samples_per_second) + " samples/s" : "–";
+    $("kpi-loss").textContent = rep && t.loss !== undefined ? Number(t.loss).toPrecision(4) : "–";
+    $("kpi-eta").textContent = rep && t.eta ? dur(t.eta_seconds) + " (" + clock(t.eta) + ")" : "–";
+    const note = $("training-note");
+    note.hidden = !(t && t.note);
+    note.textContent = t && t.note ? t.note : "";
+    const sc = d.scaling;
+    $("scaling").hidden = !sc;
+    if (sc) {
+      $("scaling-explain").textContent = sc.explain;
+      $("scaling-policy").textContent = `(scale = ${sc.policy}${sc.reason !== sc.policy ? ", " + sc.reason : ""})`;
+      $("scaling").setAttribute("data-reason", sc.reason);
+      $("scaling").setAttribute("data-target", String(sc.target));
+    }
   }
 
   function chartFrame(svg) {
@@ -348,6 +421,7 @@
     renderNodesChart($("chart-nodes"), samples, notices, t0, t1);
     renderCostChart($("chart-cost"), samples, t0, t1);
     renderTimeline($("chart-interruptions"), notices, t0, t1);
+    renderThroughput($("chart-throughput"), (app.detail && app.detail.training && app.detail.training.history) || [], notices);
     const lg = $("legend-nodes");
     lg.replaceChildren();
     for (const s of STATES) lg.append(el("span", {}, el("i", { class: "bg-" + s }), s));
@@ -422,6 +496,56 @@
     const first = pts[0], last = pts[pts.length - 1];
     svg.append(svgEl("path", { class: "cost-area", d: line + `L${x(last[0]).toFixed(1)},${y(0)}L${x(first[0]).toFixed(1)},${y(0)}Z` }));
     svg.append(svgEl("path", { class: "cost-line", d: line }));
+  }
+
+  // Throughput over time from the workers' progress reports, with the
+  // world-size changes (dashed lines, "→ N") and the interruptions (red)
+  // marked. The SVG's data-* attributes count what it shows.
+  function renderThroughput(svg, hist, notices) {
+    const { W, H } = chartFrame(svg);
+    const pts = hist.map((p) => ({ t: Date.parse(p.at), v: p.samples_per_second || 0, ws: p.world_size, round: p.round }));
+    svg.setAttribute("data-points", String(pts.length));
+    if (!pts.length) {
+      svg.setAttribute("data-world-changes", "0");
+      svg.setAttribute("data-interruptions", "0");
+      svg.append(svgEl("text", { class: "empty", x: W / 2, y: H / 2, "text-anchor": "middle" }, "no progress reports yet (FLEETD_PROGRESS)"));
+      return;
+    }
+    const t1 = Date.now();
+    const t0 = Math.min(pts[0].t, t1 - 30000);
+    const ymax = Math.max(1e-9, ...pts.map((p) => p.v)) * 1.15;
+    const { x, y } = axes(svg, W, H, t0, t1, ymax, (v) => rate(v));
+    const line = pts.map((p, i) => (i ? "L" : "M") + x(p.t).toFixed(1) + "," + y(p.v).toFixed(1)).join("");
+    svg.append(svgEl("path", { class: "tp-area", d: line + `L${x(pts[pts.length - 1].t).toFixed(1)},${y(0)}L${x(pts[0].t).toFixed(1)},${y(0)}Z` }));
+    svg.append(svgEl("path", { class: "tp-line", d: line }));
+    let changes = 0;
+    let lastLabel = -1e9;
+    for (let i = 0; i < pts.length; i++) {
+      const p = pts[i];
+      const changed = i === 0 || p.ws !== pts[i - 1].ws;
+      if (!changed) continue;
+      if (i > 0) changes++;
+      const cx = x(p.t);
+      const g = svgEl("g", { class: "ws-change", "data-world-size": String(p.ws), "data-round": String(p.round) });
+      g.append(svgEl("title", {}, `${clock(p.t)} round ${p.round}: world size ${p.ws}`));
+      g.append(svgEl("line", { class: "ws-line", x1: cx, x2: cx, y1: PAD.t, y2: H - PAD.b }));
+      if (cx - lastLabel > 60) {
+        g.append(svgEl("text", { class: "ws-label", x: cx + 3, y: PAD.t + 10 }, (i ? "→ " : "") + "world " + p.ws));
+        lastLabel = cx;
+      }
+      svg.append(g);
+    }
+    let shown = 0;
+    for (const n of notices) {
+      if (n.t < t0) continue;
+      shown++;
+      const g = svgEl("g", { class: "intr", "data-node": n.node || "" });
+      g.append(svgEl("title", {}, `${clock(n.t)} ${n.kind} on ${n.node}`));
+      g.append(svgEl("line", { class: "intr-line", x1: x(n.t), x2: x(n.t), y1: PAD.t, y2: H - PAD.b }));
+      svg.append(g);
+    }
+    svg.setAttribute("data-world-changes", String(changes));
+    svg.setAttribute("data-interruptions", String(shown));
   }
 
   function renderTimeline(svg, notices, t0, t1) {

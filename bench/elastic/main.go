@@ -1,0 +1,479 @@
+// Command elastic compares how much a membership change costs a PyTorch
+// DDP job (examples/pytorch/elastic_train.py, Debian's torch 1.13, gloo,
+// a checkpoint every 50 steps) on three local nodes under torchrun,
+// fleetd's restart mode and fleetd's in-process mode, for models holding
+// about 100 MiB and 1 GiB of parameters plus optimizer state. Scenarios,
+// in order: an unannounced node loss (SIGKILL to a node's session), a node
+// added, a spot notice. Per scenario and system it prints the seconds
+// until every survivor trains again, the longest pause, the lost steps,
+// the checkpoint data read, and for a joiner the seconds until it trains
+// and the rate its state reached it (FIGURE lines, bench/internal/report).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/report"
+)
+
+const (
+	scenKill   = "kill"
+	scenAdd    = "add"
+	scenNotice = "notice"
+)
+
+var scenarios = []string{scenNotice, scenKill, scenAdd}
+
+type config struct {
+	python, script, fleetd string
+	stateMiB               float64
+	stepTime               float64
+	ckptEvery, offset      int
+	lead                   time.Duration
+	startTimeout           time.Duration
+	scenarioTimeout        time.Duration
+}
+
+// trainArgs are the worker's arguments under every system: an embedding
+// model (sparse gradients, SparseAdam: parameters and both moments are
+// dense, so the state is 3× the table) with a small dense head, sized to
+// stateMiB; --step-time adds simulated compute to each step.
+func (c config) trainArgs(ckpt string) []string {
+	return []string{"--steps", "10000000", "--step-time", strconv.FormatFloat(c.stepTime, 'f', -1, 64),
+		"--ckpt", ckpt, "--ckpt-every", strconv.Itoa(c.ckptEvery),
+		"--arch", "embedding", "--sparse", "--state-mib", strconv.FormatFloat(c.stateMiB, 'f', -1, 64),
+		"--optimizer", "adam", "--dim", "64", "--hidden", "64", "--lr", "0.001", "--samples", "100000", "--batch", "8",
+		"--timeout", "60"}
+}
+
+// system is one way of running the job.
+type system interface {
+	name() string
+	start(ctx context.Context) error
+	timeline() *Timeline
+	live() []string
+	victim() (string, error)
+	kill(node string) error
+	// add brings a fourth node: returns it and when it entered the rendezvous.
+	add(ctx context.Context, since time.Time) (string, time.Time, error)
+	// notice gives node a spot notice: death is when it died (torchrun,
+	// which cannot act on it), known when fleetd's daemon had it.
+	notice(ctx context.Context, node string) (death, known time.Time, err error)
+	// lossKnown is when the control plane knew of node's loss (zero: n/a).
+	lossKnown(node string, since time.Time) time.Time
+	notes(from, to time.Time) []note
+	stop()
+}
+
+type note struct {
+	At   time.Time
+	What string
+}
+
+// result is one system's outcome of one scenario.
+type result struct {
+	Outcome
+	missing   string
+	fromKnown float64 // TrainAgain from when the control plane knew (fleetd)
+	fromDeath float64 // TrainAgain from the node's death (torchrun notice)
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05.0"), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python with torch (Debian python3-torch)")
+	flag.StringVar(&cfg.script, "script", "examples/pytorch/elastic_train.py", "the training script")
+	flag.StringVar(&cfg.fleetd, "fleetd", "bin/fleetd", "the fleetd binary")
+	sizes := flag.String("sizes", "100,1024", "model sizes: MiB of parameters plus optimizer state, comma-separated")
+	systems := flag.String("systems", "torchrun,restart,in-process", "which systems, comma-separated")
+	flag.Float64Var(&cfg.stepTime, "step-time", 0.1, "simulated compute per step (seconds)")
+	flag.IntVar(&cfg.ckptEvery, "ckpt-every", 50, "periodic checkpoint interval (steps)")
+	flag.IntVar(&cfg.offset, "offset", 25, "the kill and the notice come this many steps after a periodic checkpoint")
+	flag.DurationVar(&cfg.lead, "lead", 30*time.Second, "spot notice lead")
+	flag.DurationVar(&cfg.startTimeout, "start-timeout", 5*time.Minute, "time for the job to start training")
+	flag.DurationVar(&cfg.scenarioTimeout, "scenario-timeout", 4*time.Minute, "time for training to resume after an event")
+	jsonOut := flag.String("json", "", "also write the figures to this JSON file")
+	keep := flag.Bool("keep", false, "keep the work directory")
+	flag.Parse()
+
+	var err error
+	for _, p := range []*string{&cfg.script, &cfg.fleetd} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			fatal(err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	work, err := os.MkdirTemp("", "fleetd-bench-elastic-")
+	if err != nil {
+		fatal(err)
+	}
+	failed := false
+	defer func() {
+		if *keep || failed {
+			fmt.Printf("elastic: logs kept in %s\n", work)
+			return
+		}
+		os.RemoveAll(work)
+	}()
+
+	all := map[string]map[string]map[string]result{} // size → system → scenario
+	var sizeList []string
+	for _, s := range strings.Split(*sizes, ",") {
+		mib, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || mib <= 0 {
+			fatal(fmt.Errorf("-sizes: %q", s))
+		}
+		size := sizeName(mib)
+		sizeList = append(sizeList, size)
+		all[size] = map[string]map[string]result{}
+		c := cfg
+		c.stateMiB = mib
+		for _, sysName := range strings.Split(*systems, ",") {
+			dir := filepath.Join(work, size, sysName)
+			_ = os.MkdirAll(dir, 0o755)
+			var sys system
+			switch sysName {
+			case "torchrun":
+				t, err := newTorchrun(c, dir)
+				if err != nil {
+					fatal(err)
+				}
+				sys = t
+			case "restart", "in-process":
+				if _, err := os.Stat(c.fleetd); err != nil {
+					fatal(fmt.Errorf("%w (run `make build`)", err))
+				}
+				sys = newFleetd(c, sysName, dir)
+			default:
+				fatal(fmt.Errorf("-systems: unknown %q", sysName))
+			}
+			say("=== %s, %s of parameters and optimizer state ===", sys.name(), size)
+			res, err := play(ctx, c, sys)
+			if err != nil {
+				say("%s: ERROR: %v", sys.name(), err)
+				failed = true
+			}
+			all[size][sysName] = res
+			for _, r := range res {
+				if r.missing != "" {
+					failed = true
+				}
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	r := report.New(os.Stdout)
+	fmt.Println()
+	for _, size := range sizeList {
+		figures(r, size, all[size])
+	}
+	table(sizeList, all)
+	nfail := r.Summary("elastic")
+	if *jsonOut != "" {
+		if err := r.WriteJSON(*jsonOut); err != nil {
+			fmt.Fprintln(os.Stderr, "write json:", err)
+		}
+	}
+	fmt.Printf("elastic: %d figure(s) missed their target\n", nfail)
+}
+
+func sizeName(mib float64) string {
+	if mib >= 1024 && math.Mod(mib, 1024) == 0 {
+		return fmt.Sprintf("%.0fGiB", mib/1024)
+	}
+	return fmt.Sprintf("%.0fMiB", mib)
+}
+
+// play runs the three scenarios on one system: kill, add, notice.
+func play(ctx context.Context, cfg config, sys system) (map[string]result, error) {
+	res := map[string]result{}
+	defer sys.stop()
+	if err := sys.start(ctx); err != nil {
+		return res, err
+	}
+	nodes, err := waitSteady(ctx, sys, 3, cfg.startTimeout)
+	if err != nil {
+		return res, err
+	}
+	say("%s: training at world size 3 (%.0f MiB of state per worker)", sys.name(), sys.timeline().StateMiB(nodes))
+
+	// 1. A node killed without notice, mid checkpoint interval.
+	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
+		return res, err
+	}
+	v, err := sys.victim()
+	if err != nil {
+		return res, err
+	}
+	survivors := without(nodes, v)
+	t0 := time.Now()
+	if err := sys.kill(v); err != nil {
+		return res, err
+	}
+	say("%s: killed node %s at step %d", sys.name(), v, sys.timeline().MaxStep(nodes))
+	r := measure(ctx, sys, scenKill, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
+	if known := sys.lossKnown(v, t0); !known.IsZero() && r.missing == "" {
+		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
+	}
+	res[scenKill] = r
+	explain(sys, scenKill, t0, r)
+	if sys.name() == "torchrun" { // fleetd's replacement joins on its own, usually before
+		if _, err := waitSteady(ctx, sys, 2, cfg.scenarioTimeout); err != nil {
+			return res, err
+		}
+	}
+
+	// 2. A node added (fleetd: the replacement it launched for the lost
+	// node), measured from its entering the rendezvous.
+	joiner, joinAt, err := sys.add(ctx, t0)
+	if err != nil {
+		return res, err
+	}
+	say("%s: node %s entered the rendezvous %.2fs after the kill", sys.name(), joiner, joinAt.Sub(t0).Seconds())
+	r = measure(ctx, sys, scenAdd, append(slices.Clone(survivors), joiner), joiner, joinAt, t0, cfg.scenarioTimeout)
+	res[scenAdd] = r
+	explain(sys, scenAdd, joinAt, r)
+	if nodes, err = waitSteady(ctx, sys, 3, cfg.scenarioTimeout); err != nil {
+		return res, err
+	}
+
+	// 3. A spot notice, mid checkpoint interval.
+	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
+		return res, err
+	}
+	if v, err = sys.victim(); err != nil {
+		return res, err
+	}
+	survivors = without(nodes, v)
+	t0 = time.Now()
+	say("%s: spot notice for node %s at step %d", sys.name(), v, sys.timeline().MaxStep(nodes))
+	death, known, err := sys.notice(ctx, v)
+	if err != nil {
+		return res, err
+	}
+	r = measure(ctx, sys, scenNotice, survivors, "", t0, time.Time{}, cfg.lead+cfg.scenarioTimeout)
+	if !known.IsZero() && r.missing == "" {
+		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
+	}
+	if !death.IsZero() && r.missing == "" {
+		r.fromDeath = r.TrainAgain - death.Sub(t0).Seconds()
+	}
+	res[scenNotice] = r
+	explain(sys, scenNotice, t0, r)
+	return res, nil
+}
+
+// waitSteady waits until n live nodes train at world size n for 3 s.
+func waitSteady(ctx context.Context, sys system, n int, timeout time.Duration) ([]string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		nodes := sys.live()
+		if len(nodes) == n && sys.timeline().Steady(nodes, n, 3*time.Second, time.Now()) {
+			return nodes, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s: %d nodes not training at world size %d within %s (live: %v)", sys.name(), n, n, timeout, nodes)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitOffset waits until the job is cfg.offset steps past a periodic
+// checkpoint.
+func waitOffset(ctx context.Context, sys system, nodes []string, cfg config) error {
+	s := sys.timeline().MaxStep(nodes)
+	target := (s/int64(cfg.ckptEvery))*int64(cfg.ckptEvery) + int64(cfg.offset)
+	if target <= s {
+		target += int64(cfg.ckptEvery)
+	}
+	target = max(target, int64(cfg.ckptEvery+cfg.offset)) // after the first periodic checkpoint
+	deadline := time.Now().Add(cfg.scenarioTimeout)
+	for sys.timeline().MaxStep(nodes) < target {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: step %d not reached", sys.name(), target)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func measure(ctx context.Context, sys system, scen string, nodes []string, joiner string, t0, prev time.Time, timeout time.Duration) result {
+	deadline := time.Now().Add(timeout)
+	for {
+		if o, ok := sys.timeline().Recovered(nodes, joiner, t0, prev); ok {
+			r := result{Outcome: o}
+			say("%s: %s: %v train again %.2fs after the event (world size %d; longest pause %.2fs; %d step(s) lost; %.0f MiB of checkpoint read)",
+				sys.name(), scen, nodes, o.TrainAgain, o.World, o.Pause, o.LostSteps, o.CkptMiB)
+			if joiner != "" {
+				say("%s: %s: joiner %s trains %.2fs after it joined; state %.0f MiB at %.0f MiB/s", sys.name(), scen, joiner,
+					o.JoinerTrains, o.TransferMiB, o.TransferMiBs)
+			}
+			return r
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			why := fmt.Sprintf("%v not training again within %s", nodes, timeout)
+			say("%s: %s: %s", sys.name(), scen, why)
+			return result{missing: why}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// explain prints the system's log lines and the worker starts around a
+// change, in time order.
+func explain(sys system, scen string, t0 time.Time, r result) {
+	end := r.Recovered.Add(500 * time.Millisecond)
+	if r.missing != "" {
+		end = t0.Add(time.Minute)
+	}
+	notes := append(sys.notes(t0.Add(-time.Second), end), sys.timeline().Starts(sys.live(), t0.Add(-time.Second), end)...)
+	sort.SliceStable(notes, func(i, j int) bool { return notes[i].At.Before(notes[j].At) })
+	for _, n := range notes {
+		fmt.Printf("    %s %s %+7.2fs  %s\n", sys.name(), scen, n.At.Sub(t0).Seconds(), n.What)
+	}
+}
+
+// Targets of the in-process mode (issue 17).
+const (
+	targetNoticeS   = 0.5 // survivors train again after a notice
+	targetKillS     = 1.0 // … after an unannounced loss
+	targetTransfer  = 200 // MiB/s, joiner state transfer
+	targetLostSteps = 0   // notice, both fleetd modes
+)
+
+func figures(r *report.Reporter, size string, bySys map[string]map[string]result) {
+	for _, sysName := range []string{"torchrun", "restart", "in-process"} {
+		res, ok := bySys[sysName]
+		if !ok {
+			continue
+		}
+		for _, sc := range scenarios {
+			x, ok := res[sc]
+			name := fmt.Sprintf("elastic.%s.%s.%s", size, sc, strings.ReplaceAll(sysName, "-", "_"))
+			if !ok || x.missing != "" {
+				why := "scenario not reached"
+				if ok {
+					why = x.missing
+				}
+				r.Missing(name+".train_again", "s", report.NoTarget, 0, why)
+				continue
+			}
+			switch {
+			case sysName == "in-process" && sc == scenNotice:
+				r.Check(name+".train_again", x.TrainAgain, "s", report.AtMost, targetNoticeS)
+			case sysName == "in-process" && sc == scenKill:
+				r.Check(name+".train_again", x.TrainAgain, "s", report.AtMost, targetKillS)
+			default:
+				r.Info(name+".train_again", x.TrainAgain, "s")
+			}
+			if x.fromKnown != 0 {
+				r.Info(name+".train_again_from_daemon_knowing", x.fromKnown, "s")
+			}
+			if x.fromDeath != 0 {
+				r.Info(name+".train_again_from_node_death", x.fromDeath, "s")
+			}
+			r.Info(name+".pause", x.Pause, "s")
+			if sc == scenNotice && sysName != "torchrun" {
+				r.Check(name+".lost_steps", float64(x.LostSteps), "steps", report.AtMost, targetLostSteps)
+			} else {
+				r.Info(name+".lost_steps", float64(x.LostSteps), "steps")
+			}
+			r.Info(name+".checkpoint_read", x.CkptMiB, "MiB")
+			if sc == scenAdd {
+				r.Info(name+".joiner_trains", x.JoinerTrains, "s")
+				if sysName == "in-process" {
+					r.Check(name+".joiner_state_transfer", x.TransferMiBs, "MiB/s", report.AtLeast, targetTransfer)
+				} else if x.TransferMiBs > 0 {
+					r.Info(name+".joiner_state_transfer", x.TransferMiBs, "MiB/s")
+				}
+			}
+		}
+	}
+	for _, sc := range scenarios {
+		t, tok := bySys["torchrun"][sc]
+		ip, iok := bySys["in-process"][sc]
+		if tok && iok && t.missing == "" && ip.missing == "" && ip.TrainAgain > 0 {
+			r.Info(fmt.Sprintf("elastic.%s.%s.ratio_torchrun_over_in_process", size, sc), t.TrainAgain/ip.TrainAgain, "x")
+		}
+	}
+}
+
+// table prints the comparison as a Markdown table (docs/benchmarks.md).
+func table(sizes []string, all map[string]map[string]map[string]result) {
+	fmt.Println()
+	fmt.Println("| Model state | Scenario | System | Survivors train again | Longest pause | Lost steps | Checkpoint read | Joiner trains | Joiner state transfer |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, size := range sizes {
+		for _, sc := range scenarios {
+			for _, sysName := range []string{"torchrun", "restart", "in-process"} {
+				x, ok := all[size][sysName][sc]
+				if _, sysRan := all[size][sysName]; !sysRan {
+					continue
+				}
+				label := map[string]string{"torchrun": "torchrun", "restart": "fleetd restart", "in-process": "fleetd in-process"}[sysName]
+				if !ok || x.missing != "" {
+					fmt.Printf("| %s | %s | %s | — | — | — | — | — | — |\n", size, sc, label)
+					continue
+				}
+				again := fmt.Sprintf("%.2f s", x.TrainAgain)
+				if x.fromKnown != 0 {
+					again += fmt.Sprintf(" (%.2f s after the daemon knew)", x.fromKnown)
+				}
+				if x.fromDeath != 0 {
+					again += fmt.Sprintf(" (%.2f s after the node died)", x.fromDeath)
+				}
+				joiner, transfer := "", ""
+				if sc == scenAdd {
+					joiner = fmt.Sprintf("%.2f s", x.JoinerTrains)
+					if x.TransferMiBs > 0 {
+						transfer = fmt.Sprintf("%.0f MiB at %.0f MiB/s", x.TransferMiB, x.TransferMiBs)
+					}
+				}
+				fmt.Printf("| %s | %s | %s | %s | %.2f s | %d | %.0f MiB | %s | %s |\n", size, sc, label, again, x.Pause,
+					x.LostSteps, x.CkptMiB, joiner, transfer)
+			}
+		}
+	}
+	fmt.Println()
+}
+
+func without(list []string, x string) []string {
+	var out []string
+	for _, s := range list {
+		if s != x {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "elastic:", err)
+	os.Exit(1)
+}

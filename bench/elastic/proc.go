@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Every simulated node, torchrun's and fleetd's, is a process session of
+// its own (torchrun agents are started with setsid here; the local
+// provider starts each node's supervisor with setsid). Killing a node
+// without notice is SIGKILL to every process of its session at once:
+// agent, workers and all, like a VM that vanishes.
+
+// sessionOf returns the session id of pid and whether it has exited (a
+// zombie not reaped yet).
+func sessionOf(pid int) (sid int, exited bool, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false, err
+	}
+	return parseStat(b)
+}
+
+// parseStat reads the state (field 3) and session (field 6) of a
+// /proc/<pid>/stat line; the command name may hold spaces and
+// parentheses, so fields are counted after the last ')'.
+func parseStat(stat []byte) (sid int, exited bool, err error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 > len(stat) {
+		return 0, false, fmt.Errorf("malformed stat %q", stat)
+	}
+	f := bytes.Fields(stat[i+2:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return 0, false, fmt.Errorf("malformed stat %q", stat)
+	}
+	sid, err = strconv.Atoi(string(f[3]))
+	return sid, f[0][0] == 'Z' || f[0][0] == 'X', err
+}
+
+// sessionMembers lists the live processes of session sid.
+func sessionMembers(sid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, exited, err := sessionOf(pid); err == nil && s == sid && !exited {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killSession SIGKILLs every process of session sid, repeating for
+// processes forked meanwhile, for at most 2 s. It returns how many
+// processes it signalled.
+func killSession(sid int) int {
+	if sid <= 1 {
+		return 0
+	}
+	n := 0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		pids := sessionMembers(sid)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// freePort returns a TCP port free on 127.0.0.1 right now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
