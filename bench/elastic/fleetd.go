@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/procs"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
@@ -100,7 +101,7 @@ fleet %q {
 }
 
 func (f *fleetdRun) start(ctx context.Context) error {
-	port, err := freePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func (f *fleetdRun) stop() {
 		}
 	}
 	for _, n := range f.instances() {
-		killSession(n.PID)
+		procs.KillSession(n.PID)
 	}
 }
 
@@ -265,7 +266,7 @@ func (f *fleetdRun) victim() (string, error) {
 func (f *fleetdRun) kill(node string) error {
 	for _, in := range f.instances() {
 		if in.Tags[providers.TagNodeID] == node && in.PID > 0 {
-			killSession(in.PID)
+			procs.KillSession(in.PID)
 			return nil
 		}
 	}

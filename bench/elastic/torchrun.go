@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/procs"
 )
 
 // torchrun runs the job under Debian's torchrun 1.13 (`python3 -m
@@ -46,7 +48,7 @@ var torchrunMarkers = []string{"Worker group FAILED", rendezvousLine, "Rendezvou
 	"Starting worker group", "failed (exitcode"}
 
 func newTorchrun(cfg config, dir string) (*torchrun, error) {
-	port, err := freePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +170,7 @@ func (t *torchrun) kill(name string) error {
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
-	killSession(n.cmd.Process.Pid)
+	procs.KillSession(n.cmd.Process.Pid)
 	select {
 	case <-n.done:
 	case <-time.After(10 * time.Second):

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/procs"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/providers"
 )
@@ -99,7 +100,7 @@ fleet %q {
 
 // start runs `fleetd serve -dev` and applies the fleet.
 func (f *fleetdRun) start(ctx context.Context) error {
-	port, err := freePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func (f *fleetdRun) stop() {
 		}
 	}
 	for _, n := range f.instances() {
-		killSession(n.PID)
+		procs.KillSession(n.PID)
 	}
 }
 
@@ -358,7 +359,7 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	}
 	survivors := without(nodes, v)
 	t0 := time.Now()
-	killed := killSession(sid)
+	killed := procs.KillSession(sid)
 	say("fleetd: killed node %s (SIGKILL to its %d processes)", v, killed)
 	res[scenKill] = measure(ctx, "fleetd", scenKill, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
 	f.explain(ctx, scenKill, t0, res[scenKill])

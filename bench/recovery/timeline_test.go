@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/procs"
 )
 
 func TestParseWorkerLine(t *testing.T) {
@@ -146,9 +148,9 @@ func TestParseStat(t *testing.T) {
 		{"17 (x) S 1", 0, false, true},
 	}
 	for _, tt := range tests {
-		sid, exited, err := parseStat([]byte(tt.stat))
+		sid, exited, err := procs.ParseStat([]byte(tt.stat))
 		if (err != nil) != tt.wantErr || sid != tt.sid || exited != tt.exited {
-			t.Errorf("parseStat(%q) = %d, %v, %v; want %d, %v, err %v", tt.stat, sid, exited, err, tt.sid, tt.exited, tt.wantErr)
+			t.Errorf("procs.ParseStat(%q) = %d, %v, %v; want %d, %v, err %v", tt.stat, sid, exited, err, tt.sid, tt.exited, tt.wantErr)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/procs"
 )
 
 // torchrun runs the job under `python3 -m torch.distributed.run` (Debian's
@@ -51,7 +53,7 @@ const rendezvousLine = "Rendezvous'ing worker group"
 const torchrunHost = "A"
 
 func newTorchrun(cfg config, dir string) (*torchrun, error) {
-	port, err := freePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +148,7 @@ func (t *torchrun) kill(name string) error {
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
-	killSession(n.cmd.Process.Pid)
+	procs.KillSession(n.cmd.Process.Pid)
 	select {
 	case <-n.done:
 	case <-time.After(10 * time.Second):

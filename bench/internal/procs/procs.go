@@ -1,4 +1,6 @@
-package main
+// Package procs is what the recovery and elastic benchmarks share about
+// the local nodes they run: process sessions and free ports.
+package procs
 
 import (
 	"bytes"
@@ -16,20 +18,20 @@ import (
 // without notice is SIGKILL to every process of its session at once:
 // agent, workers and all, like a VM that vanishes.
 
-// sessionOf returns the session id of pid and whether it has exited (a
+// SessionOf returns the session id of pid and whether it has exited (a
 // zombie not reaped yet).
-func sessionOf(pid int) (sid int, exited bool, err error) {
+func SessionOf(pid int) (sid int, exited bool, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false, err
 	}
-	return parseStat(b)
+	return ParseStat(b)
 }
 
-// parseStat reads the state (field 3) and session (field 6) of a
+// ParseStat reads the state (field 3) and session (field 6) of a
 // /proc/<pid>/stat line; the command name may hold spaces and
 // parentheses, so fields are counted after the last ')'.
-func parseStat(stat []byte) (sid int, exited bool, err error) {
+func ParseStat(stat []byte) (sid int, exited bool, err error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 || i+2 > len(stat) {
 		return 0, false, fmt.Errorf("malformed stat %q", stat)
@@ -42,8 +44,8 @@ func parseStat(stat []byte) (sid int, exited bool, err error) {
 	return sid, f[0][0] == 'Z' || f[0][0] == 'X', err
 }
 
-// sessionMembers lists the live processes of session sid.
-func sessionMembers(sid int) []int {
+// SessionMembers lists the live processes of session sid.
+func SessionMembers(sid int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -54,23 +56,23 @@ func sessionMembers(sid int) []int {
 		if err != nil {
 			continue
 		}
-		if s, exited, err := sessionOf(pid); err == nil && s == sid && !exited {
+		if s, exited, err := SessionOf(pid); err == nil && s == sid && !exited {
 			out = append(out, pid)
 		}
 	}
 	return out
 }
 
-// killSession SIGKILLs every process of session sid, repeating for
+// KillSession SIGKILLs every process of session sid, repeating for
 // processes forked meanwhile, for at most 2 s. It returns how many
 // processes it signalled.
-func killSession(sid int) int {
+func KillSession(sid int) int {
 	if sid <= 1 {
 		return 0
 	}
 	n := 0
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		pids := sessionMembers(sid)
+		pids := SessionMembers(sid)
 		if len(pids) == 0 {
 			break
 		}
@@ -84,8 +86,8 @@ func killSession(sid int) int {
 	return n
 }
 
-// freePort returns a TCP port free on 127.0.0.1 right now.
-func freePort() (int, error) {
+// FreePort returns a TCP port free on 127.0.0.1 right now.
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
