@@ -170,6 +170,9 @@ func (k *leaseKeeper) run() {
 		left := time.Until(k.deadline)
 		k.mu.Unlock()
 		if left <= 0 {
+			if k.confirm(every) {
+				continue
+			}
 			k.mu.Lock()
 			k.expired = true
 			k.mu.Unlock()
@@ -204,11 +207,40 @@ func (k *leaseKeeper) run() {
 	}
 }
 
+// confirm asks etcd whether the lease still lives once renewals have not
+// been acknowledged for a whole TTL. They fail while etcd elects a new raft
+// leader (which extends every lease by its TTL) or while requests hang on
+// a stalled member; giving up on the local count alone then cost a healthy
+// leader its term, or a candidate its place in line. Two bounded attempts;
+// an answer with time left resets the deadline from when it was asked.
+// Writes stay fenced meanwhile, so acting a little past the count is safe.
+func (k *leaseKeeper) confirm(every time.Duration) bool {
+	for range 2 {
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(k.ctx, every)
+		resp, err := k.cli.TimeToLive(ctx, k.id)
+		cancel()
+		if k.ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			if resp.TTL <= 0 {
+				return false
+			}
+			k.mu.Lock()
+			k.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+			k.mu.Unlock()
+			return true
+		}
+	}
+	return false
+}
+
 // lost reports whether the lease lapsed (rather than being stopped).
 func (k *leaseKeeper) lost() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.expired || time.Now().After(k.deadline)
+	return k.expired
 }
 
 func (k *leaseKeeper) end() {
