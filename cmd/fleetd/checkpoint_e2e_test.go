@@ -307,18 +307,7 @@ func dashboardCheckpoint(t *testing.T, d *devDaemon, fleet, want string) (string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1300))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	if err := chromedp.Do(browser, chromedp.Navigate(d.addr+"/#token="+d.token)); err != nil {
-		t.Fatalf("open dashboard: %v", err)
-	}
+	browser := openDashboard(t, ctx, d, 1300)
 	pick := fmt.Sprintf(`(() => { const r = document.querySelector('#fleets tr[data-fleet=%q]'); if (r && !r.classList.contains("selected")) r.click(); return document.querySelector('#checkpoint-explain').textContent; })()`, fleet)
 	var text string
 	waitUntil(t, "the dashboard's checkpoint line of "+fleet, 30*time.Second, func() bool {

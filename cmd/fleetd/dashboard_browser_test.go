@@ -332,3 +332,21 @@ func saveScreenshot(t *testing.T, browser context.Context, path string) {
 	}
 	fmt.Fprintf(os.Stderr, "dashboard screenshot: %s\n", path)
 }
+
+// openDashboard starts headless Chromium (window 1400×height) and opens
+// d's dashboard with its token. The browser ends when ctx does.
+func openDashboard(t *testing.T, ctx context.Context, d *devDaemon, height int) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, height))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	if err := chromedp.Do(browser, chromedp.Navigate(d.addr+"/#token="+d.token)); err != nil {
+		t.Fatalf("open dashboard: %v", err)
+	}
+	return browser
+}
