@@ -40,6 +40,7 @@ func TestHAChaos(t *testing.T) {
 		token = string(bytes.TrimSpace(b))
 		return err == nil && token != ""
 	})
+	waitServing(t, servers, token)
 	info := func(s *haServer) (api.ClusterInfo, bool) {
 		if !s.alive() {
 			return api.ClusterInfo{}, false

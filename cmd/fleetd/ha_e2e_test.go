@@ -103,6 +103,21 @@ cluster {
 	return servers
 }
 
+// waitServing waits until every server answers its API. A server writes
+// its token file before it listens, so a CLI call right after the token
+// appears may meet a closed port.
+func waitServing(t *testing.T, servers []*haServer, token string) {
+	t.Helper()
+	waitUntil(t, "every server answering", 30*time.Second, func() bool {
+		for _, s := range servers {
+			if _, err := clusterInfo(s, token); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // clusterInfo asks one server who leads.
 func clusterInfo(s *haServer, token string) (api.ClusterInfo, error) {
 	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
@@ -145,6 +160,7 @@ func TestHAThreeServers(t *testing.T) {
 		token = toks[0]
 		return toks[0] != "" && toks[0] == toks[1] && toks[1] == toks[2]
 	})
+	waitServing(t, servers, token)
 	leaderOf := func(among []*haServer) string {
 		for _, s := range among {
 			if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {

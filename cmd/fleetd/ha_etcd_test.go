@@ -66,6 +66,7 @@ cluster {
 		token = strings.TrimSpace(string(a))
 		return errA == nil && errB == nil && token != "" && token == strings.TrimSpace(string(b))
 	})
+	waitServing(t, servers, token)
 	addrs := servers[0].url + "," + servers[1].url
 	leader := func() string {
 		for _, s := range servers {

@@ -68,20 +68,50 @@ func TestConfigFinish(t *testing.T) {
 	}
 }
 
-// startCluster starts n embedded members on loopback and returns their
-// configs (with client endpoints of all members) and members.
-func startCluster(t *testing.T, n int) ([]*Config, []*Member) {
+// startCluster starts n embedded members on loopback (with TLS when pki
+// is set) and returns their configs (with client endpoints of all
+// members) and members.
+func startCluster(t *testing.T, n int, pki *TLS) ([]*Config, []*Member) {
 	t.Helper()
+	// A port picked free can be taken by another test binary before etcd
+	// binds it: start again on new ports.
+	var err error
+	for range 3 {
+		var cfgs []*Config
+		var members []*Member
+		cfgs, members, err = tryStartCluster(t, n, pki)
+		if err == nil {
+			t.Cleanup(func() {
+				for _, m := range members {
+					m.Close()
+				}
+			})
+			return cfgs, members
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		t.Logf("start again on new ports: %v", err)
+	}
+	t.Fatal(err)
+	return nil, nil
+}
+
+func tryStartCluster(t *testing.T, n int, pki *TLS) ([]*Config, []*Member, error) {
+	scheme := "http"
+	if pki != nil {
+		scheme = "https"
+	}
 	initial := map[string]string{}
 	var clients []string
 	embeds := make([]*EmbeddedConfig, n)
 	for i := range n {
 		name := fmt.Sprintf("m%d", i)
-		peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-		client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		peer := fmt.Sprintf("%s://127.0.0.1:%d", scheme, freePort(t))
+		client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, freePort(t))
 		initial[name] = peer
 		clients = append(clients, client)
-		embeds[i] = &EmbeddedConfig{Name: name, ListenPeer: peer, ListenClient: client, DataDir: t.TempDir()}
+		embeds[i] = &EmbeddedConfig{Name: name, ListenPeer: peer, ListenClient: client, DataDir: t.TempDir(), TLS: pki}
 	}
 	cfgs := make([]*Config, n)
 	members := make([]*Member, n)
@@ -91,7 +121,7 @@ func startCluster(t *testing.T, n int) ([]*Config, []*Member) {
 		e.ClientEndpoints = clients
 		cfgs[i] = &Config{SessionTTL: "2s", Embedded: e}
 		if err := cfgs[i].Finish("", ""); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 		go func() {
 			m, err := StartMember(t.Context(), e)
@@ -99,17 +129,21 @@ func startCluster(t *testing.T, n int) ([]*Config, []*Member) {
 			errc <- err
 		}()
 	}
+	var first error
 	for range n {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
+		if err := <-errc; err != nil && first == nil {
+			first = err
 		}
 	}
-	t.Cleanup(func() {
+	if first != nil {
 		for _, m := range members {
-			m.Close()
+			if m != nil {
+				m.Close()
+			}
 		}
-	})
-	return cfgs, members
+		return nil, nil, first
+	}
+	return cfgs, members, nil
 }
 
 // TestElectionAndFencing: three servers on a real three-member etcd; one
@@ -120,7 +154,7 @@ func TestElectionAndFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member etcd")
 	}
-	cfgs, _ := startCluster(t, 3)
+	cfgs, _ := startCluster(t, 3, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	type cand struct {
@@ -305,7 +339,7 @@ func TestTermSurvivesStalledMember(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member etcd")
 	}
-	cfgs, _ := startCluster(t, 3)
+	cfgs, _ := startCluster(t, 3, nil)
 	eps := cfgs[0].Embedded.ClientEndpoints
 	pa := newStallProxy(t, strings.TrimPrefix(eps[0], "http://"))
 	pb := newStallProxy(t, strings.TrimPrefix(eps[1], "http://"))
@@ -397,38 +431,8 @@ func TestEmbeddedTLS(t *testing.T) {
 		t.Skip("starts a three-member etcd")
 	}
 	pki := writeTestPKI(t)
-	initial := map[string]string{}
-	var clients []string
-	embeds := make([]*EmbeddedConfig, 3)
-	for i := range 3 {
-		name := fmt.Sprintf("m%d", i)
-		peer := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
-		client := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
-		initial[name] = peer
-		clients = append(clients, client)
-		embeds[i] = &EmbeddedConfig{Name: name, ListenPeer: peer, ListenClient: client, DataDir: t.TempDir(), TLS: pki}
-	}
-	cfgs := make([]*Config, 3)
-	errc := make(chan error, 3)
-	for i, e := range embeds {
-		e.InitialCluster, e.ClientEndpoints = initial, clients
-		cfgs[i] = &Config{SessionTTL: "2s", Embedded: e}
-		if err := cfgs[i].Finish("", ""); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			m, err := StartMember(t.Context(), e)
-			if err == nil {
-				t.Cleanup(m.Close)
-			}
-			errc <- err
-		}()
-	}
-	for range 3 {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfgs, _ := startCluster(t, 3, pki)
+	clients := cfgs[0].Embedded.ClientEndpoints
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := Connect(ctx, cfgs[1])
