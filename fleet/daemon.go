@@ -220,7 +220,7 @@ func (d *Daemon) rz() *rendezvous.Service { return d.rdzv.Load() }
 // start, and when this server becomes a cluster's leader (the previous
 // leader's rounds are in the store, not in this process).
 func (d *Daemon) loadRendezvous(ctx context.Context) error {
-	svc, err := rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: d.store}, Now: d.now, Logger: d.log, OnChange: d.onRendezvous})
+	svc, err := rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: d.store}, Now: d.now, Logger: d.log, OnChange: d.onRendezvous, OnWatcherGone: d.onWatcherGone})
 	if err != nil {
 		return fmt.Errorf("rendezvous: %w", err)
 	}
@@ -231,6 +231,21 @@ func (d *Daemon) loadRendezvous(ctx context.Context) error {
 	}
 	return nil
 }
+
+// onWatcherGone: a node's agent dropped its watch. Look at the fleet's
+// instances now rather than at the next tick: a node that died is then
+// replaced (and its survivors regrouped) within a pass instead of up to a
+// tick later. The provider's listing stays the authority, so an agent
+// that merely restarted changes nothing. A second look shortly after
+// covers a node whose agent died a moment before the rest of it.
+func (d *Daemon) onWatcherGone(fleet, node string) {
+	d.log.Debug("agent dropped its watch: checking the fleet's instances now", "fleet", fleet, "node", node)
+	d.kick()
+	time.AfterFunc(watchGoneRecheck, d.kick)
+}
+
+// watchGoneRecheck is when onWatcherGone looks a second time.
+const watchGoneRecheck = 300 * time.Millisecond
 
 // initIdentity loads or creates the daemon id (in state) and admin token (file, 0600).
 func (d *Daemon) initIdentity(ctx context.Context) error {

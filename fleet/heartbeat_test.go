@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -70,4 +71,62 @@ func TestHeartbeatLossBecomesLostNotice(t *testing.T) {
 			t.Fatalf("heartbeating node %s is %s", n.ID, n.State)
 		}
 	}
+}
+
+// TestDroppedWatchChecksInstancesAtOnce: an agent that dies drops its
+// rendezvous watch, and the daemon looks at the fleet's instances then,
+// not at its next tick. The periodic tick is an hour here, so only the
+// dropped watch can make the daemon notice the vanished instance.
+func TestDroppedWatchChecksInstancesAtOnce(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{Tick: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	td.joinAll(t, "train", map[string]bool{})
+	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	victim := td.nodes(t, "train")[0]
+
+	// The node's agent watches, as agents always do.
+	wctx, drop := context.WithCancel(ctx)
+	watching := make(chan error, 1)
+	go func() {
+		c := rendezvous.NewClient(td.URL(), td.NodeToken("train", victim.ID), nil)
+		v, err := c.Watch(wctx, "train", victim.ID, rendezvous.View{})
+		if err != nil {
+			watching <- err
+			return
+		}
+		_, err = c.Watch(wctx, "train", victim.ID, v)
+		watching <- err
+	}()
+	// The instance vanishes without a word (a host failure). With the
+	// watch still held, nothing tells the daemon: the node stays running.
+	if err := mem.Delete(ctx, providers.Config{Fleet: "train"}, victim.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n := nodeByID(td.nodes(t, "train"), victim.ID); n.State != state.NodeRunning {
+		t.Fatalf("the node became %s before its watch dropped: something else checks the instances; this test then proves nothing", n.State)
+	}
+	// The agent dies with its node: its connection closes.
+	drop()
+	if err := <-watching; err == nil {
+		t.Fatal("the watch returned a view: it was not held")
+	}
+	waitFor(t, "the vanished node handled after its watch dropped", 10*time.Second, func() bool {
+		return nodeByID(td.nodes(t, "train"), victim.ID).State != state.NodeRunning
+	})
+}
+
+func nodeByID(nodes []state.Node, id string) state.Node {
+	for _, n := range nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return state.Node{}
 }

@@ -149,7 +149,11 @@ func (h *handler) watch(w http.ResponseWriter, r *http.Request) {
 		// Nothing new within wait: the unchanged view tells the client
 		// to poll again.
 	case r.Context().Err() != nil:
-		return // the client is gone
+		// The client is gone: its node may be (see OnWatcherGone).
+		if h.s.watchGone != nil && !h.s.closed.Load() {
+			h.s.watchGone(fleet, node)
+		}
+		return
 	default:
 		fail(w, err)
 		return

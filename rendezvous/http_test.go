@@ -422,3 +422,53 @@ func TestHTTPWatchWakesOnMasterListening(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPWatcherGone: a watch whose client goes away is reported (the
+// daemon then looks at the node's instance at once); a watch that ends
+// with an answer, or with its wait run out, is not.
+func TestHTTPWatcherGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gone := make(chan string, 4)
+	svc := newService(t, Options{OnWatcherGone: func(fleet, node string) { gone <- fleet + "/" + node }})
+	if err := svc.Configure(ctx, "bert", testConfig(2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	srv := startHTTP(t, svc, testAuth("bert", "n0"))
+	c := NewClient(srv.URL, "tok-n0", srv.Client())
+	v, err := c.Join(ctx, "bert", JoinRequest{NodeID: "n0", Addr: addrOf("n0"), Zone: "us-east-1a", Nproc: 1, Session: NewSession()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A wait that runs out answers with the unchanged view: not gone.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/rendezvous/bert/watch?node=n0&after=%d&state=%s&listening=%t&wait=100ms", srv.URL, v.Round, v.State, v.MasterListening), nil)
+	req.Header.Set("Authorization", "Bearer tok-n0")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: HTTP %d", resp.StatusCode)
+	}
+	// The client goes while the daemon holds its watch.
+	wctx, drop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := c.Watch(wctx, "bert", "n0", v); done <- err }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case g := <-gone:
+		t.Fatalf("reported %s gone while it watched", g)
+	default:
+	}
+	drop()
+	<-done
+	select {
+	case g := <-gone:
+		if g != "bert/n0" {
+			t.Fatalf("reported %q, want bert/n0", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a watch whose client went away was not reported")
+	}
+}

@@ -30,6 +30,14 @@ type Options struct {
 	NewRunID func(fleet string) string
 	// SaveTimeout bounds one Store.SaveFleet call; 10s when zero.
 	SaveTimeout time.Duration
+	// OnWatcherGone is called when a node's watch ends because its
+	// connection closed before an answer. An agent always holds a watch,
+	// and a node that dies closes its connections with it (a killed
+	// process's sockets are closed by its kernel), so this is the first
+	// sign of an unannounced loss, seconds before heartbeats go silent. It
+	// is only a hint: an agent that restarts also closes its watch. It is
+	// called on the request's goroutine and must be quick.
+	OnWatcherGone func(fleet, node string)
 }
 
 // Service hosts the rendezvous of many fleets: one Machine each, driven
@@ -41,6 +49,7 @@ type Service struct {
 	log         *slog.Logger
 	newRunID    func(string) string
 	saveTimeout time.Duration
+	watchGone   func(fleet, node string)
 
 	// Lock order: mu before any fleetState.mu; never mu while holding a
 	// fleet's lock (closed is atomic for that reason).
@@ -96,7 +105,7 @@ const (
 func NewService(ctx context.Context, opts Options) (*Service, error) {
 	s := &Service{
 		store: opts.Store, now: opts.Now, onChange: opts.OnChange, log: opts.Logger,
-		newRunID: opts.NewRunID, saveTimeout: opts.SaveTimeout,
+		newRunID: opts.NewRunID, saveTimeout: opts.SaveTimeout, watchGone: opts.OnWatcherGone,
 		fleets: make(map[string]*fleetState),
 	}
 	if s.store == nil {
