@@ -15,6 +15,14 @@ import (
 // window every second of detection latency is drain time, so we poll at 1 s.
 const DefaultInterval = time.Second
 
+// DefaultActionInterval is how often the spot interruption notice alone is
+// polled between full polls. It is the notice fleetd acts on at once (an
+// in-process job regroups within a fraction of a second of the agent
+// seeing it), so its detection is most of the reaction time: 250 ms
+// makes that 125 ms on average instead of 500 ms, for one extra local
+// GET every 250 ms.
+const DefaultActionInterval = 250 * time.Millisecond
+
 // Metadata paths the watcher polls, relative to /latest/.
 const (
 	PathInstanceAction = "meta-data/spot/instance-action"
@@ -27,8 +35,11 @@ const (
 // notice once. It is not safe for concurrent use; run one Run per Watcher.
 type Watcher struct {
 	Client *Client
-	// Interval between polls; default DefaultInterval.
+	// Interval between polls of every notice; default DefaultInterval.
 	Interval time.Duration
+	// ActionInterval between polls of the spot interruption notice alone;
+	// default DefaultActionInterval, never longer than Interval.
+	ActionInterval time.Duration
 	// Node is copied into every notice (fleetd's node id).
 	Node string
 	// Instance is copied into every notice; when empty it is read from
@@ -50,10 +61,23 @@ func (w *Watcher) Run(ctx context.Context, emit func(interruption.Notice)) error
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	t := time.NewTicker(interval)
+	fast := w.ActionInterval
+	if fast <= 0 {
+		fast = DefaultActionInterval
+	}
+	fast = min(fast, interval)
+	t := time.NewTicker(fast)
 	defer t.Stop()
+	var full time.Time
 	for {
-		notices, err := w.Poll(ctx)
+		var notices []interruption.Notice
+		var err error
+		if now := time.Now(); now.Sub(full) >= interval-fast/2 {
+			full = now
+			notices, err = w.Poll(ctx)
+		} else {
+			notices, err = w.pollAction(ctx)
+		}
 		for _, n := range notices {
 			emit(n)
 		}
@@ -102,14 +126,10 @@ func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
 		}
 	}
 
-	if body, err := w.get(ctx, PathInstanceAction); err != nil {
+	if n, err := w.action(ctx); err != nil {
 		errs = append(errs, err)
-	} else if body != nil {
-		if a, err := ParseInstanceAction(body); err != nil {
-			errs = append(errs, err)
-		} else {
-			add(string(interruption.SpotInterruption), SpotNotice(a))
-		}
+	} else if n != nil {
+		add(string(interruption.SpotInterruption), *n)
 	}
 
 	if body, err := w.get(ctx, PathRebalance); err != nil {
@@ -139,6 +159,39 @@ func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// pollAction reads the spot interruption notice alone, between full polls.
+// Its errors are not reported: the next full poll, at most Interval away,
+// reports the same failure, and reporting both would alternate two
+// messages in the agent's deduplicated log.
+func (w *Watcher) pollAction(ctx context.Context) ([]interruption.Notice, error) {
+	key := string(interruption.SpotInterruption)
+	if w.seen[key] || w.Instance == "" {
+		// Seen already, or no full poll has read the instance id yet.
+		return nil, nil
+	}
+	n, err := w.action(ctx)
+	if err != nil || n == nil {
+		return nil, nil
+	}
+	w.seen[key] = true
+	n.Node, n.Instance = w.Node, w.Instance
+	return []interruption.Notice{*n}, nil
+}
+
+// action reads spot/instance-action: nil without a notice.
+func (w *Watcher) action(ctx context.Context) (*interruption.Notice, error) {
+	body, err := w.get(ctx, PathInstanceAction)
+	if err != nil || body == nil {
+		return nil, err
+	}
+	a, err := ParseInstanceAction(body)
+	if err != nil {
+		return nil, err
+	}
+	n := SpotNotice(a)
+	return &n, nil
 }
 
 // get returns (nil, nil) on 404, the "nothing scheduled" answer.

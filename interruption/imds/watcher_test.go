@@ -126,6 +126,42 @@ func TestRunSeesInjectedNotice(t *testing.T) {
 	}
 }
 
+// TestRunPollsSpotActionBetweenFullPolls: the spot notice is read every
+// ActionInterval, the other notices only every Interval. With an hour's
+// Interval, a spot notice injected after the first poll is seen; a
+// rebalance recommendation is not.
+func TestRunPollsSpotActionBetweenFullPolls(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, time.Hour)
+	c.Now = nil
+	f.server().Now = nil
+	w := &Watcher{Client: c, Interval: time.Hour, ActionInterval: 20 * time.Millisecond, Node: "n"}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	notices := make(chan interruption.Notice, 4)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, func(n interruption.Notice) { notices <- n }) }()
+	time.Sleep(100 * time.Millisecond) // the first, full poll is done
+	f.server().SetRebalance(time.Now())
+	f.server().SetSpotAction("terminate", time.Now().Add(2*time.Minute))
+	select {
+	case n := <-notices:
+		if n.Kind != interruption.SpotInterruption || n.Node != "n" || n.Instance == "" {
+			t.Fatalf("got %+v, want the spot notice with node and instance", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("spot notice not seen between full polls")
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	select {
+	case n := <-notices:
+		t.Fatalf("%s notice seen before the next full poll, or the spot notice twice", n.Kind)
+	default:
+	}
+}
+
 func TestPollScheduledEventsAnswers(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 30, 0, 0, time.UTC)
 	event := `[{"Code":"system-reboot","Description":"scheduled reboot","EventId":"ev-9","NotBefore":"` +
