@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -28,7 +29,7 @@ func TestBootFailureAlertIgnoresMarketRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("unavailable=%q", tc.unavailable), func(t *testing.T) {
-			d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}}
+			d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}, agentAPI: agentapi.New(nil, nil, time.Now, "", nil)}
 			for i := 1; i <= 2*bootAlertCount; i++ {
 				data := map[string]string{"from": string(state.NodeProvisioning), "to": string(state.NodeFailed)}
 				if tc.unavailable != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -94,7 +95,7 @@ func TestCheckpointNodeAPI(t *testing.T) {
 		if code := td.nodePost(t, "train", node, "checkpoint/sign", api.CheckpointSignRequest{Method: "PUT", Keys: keys}, &sr); code != http.StatusOK {
 			t.Fatalf("sign: HTTP %d", code)
 		}
-		if time.Until(sr.ExpiresAt) > CheckpointURLExpiry || time.Until(sr.ExpiresAt) < CheckpointURLExpiry-time.Minute {
+		if time.Until(sr.ExpiresAt) > agentapi.CheckpointURLExpiry || time.Until(sr.ExpiresAt) < agentapi.CheckpointURLExpiry-time.Minute {
 			t.Errorf("expires at %s", sr.ExpiresAt)
 		}
 		for _, k := range keys {
@@ -151,7 +152,7 @@ func TestCheckpointNodeAPI(t *testing.T) {
 	if det.Checkpoint == nil || det.Checkpoint.ErrorKind != "denied" || det.Checkpoint.ErrorNode != node || det.Checkpoint.LastStep != 2 {
 		t.Fatalf("checkpoint status %+v", det.Checkpoint)
 	}
-	if len(det.Alerts) == 0 || det.Alerts[len(det.Alerts)-1].Kind != AlertCheckpointStore || !strings.Contains(det.Alerts[len(det.Alerts)-1].Message, "nothing is deleted") {
+	if len(det.Alerts) == 0 || det.Alerts[len(det.Alerts)-1].Kind != agentapi.AlertCheckpointStore || !strings.Contains(det.Alerts[len(det.Alerts)-1].Message, "nothing is deleted") {
 		t.Fatalf("alerts %+v", det.Alerts)
 	}
 	checkLiveSchema(t, td) // with the failure in the checkpoint status
@@ -165,7 +166,7 @@ func TestCheckpointNodeAPI(t *testing.T) {
 		t.Fatalf("after the upload: %+v", c)
 	}
 	for _, a := range det.Alerts {
-		if a.Kind == AlertCheckpointStore {
+		if a.Kind == agentapi.AlertCheckpointStore {
 			t.Fatalf("alert outlived the successful upload: %+v", a)
 		}
 	}

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/spec"
@@ -50,10 +50,10 @@ type fleetRuntime struct {
 	// the offering records were last written.
 	runSeconds map[string]float64
 
-	alerts      []reconcile.Alert
-	notices     map[string]interruption.Notice // by Notice.Key()
-	offerings   map[string][]providers.Offering
-	offeringsAt map[string]time.Time
+	alerts  []reconcile.Alert
+	notices map[string]interruption.Notice // by Notice.Key()
+	// market is the providers' offerings, cached (fleet/controller).
+	market      controller.Market
 	lastPass    time.Time
 	plan        reconcile.Plan
 	silentSince map[string]time.Time // running nodes missing from the rendezvous
@@ -71,10 +71,6 @@ func runtimeKey(fleet string) string { return "runtime/" + fleet }
 // times) and everything else are written in the pass that makes them.
 const runtimeFlushEvery = 30 * time.Second
 
-// offeringsTTL bounds how stale the market view may be; capacity errors
-// reach placement through the unavailable cache at once anyway.
-const offeringsTTL = 30 * time.Second
-
 func (d *Daemon) runtime(name string) *fleetRuntime {
 	d.rtMu.Lock()
 	rt, ok := d.runtimes[name]
@@ -85,8 +81,7 @@ func (d *Daemon) runtime(name string) *fleetRuntime {
 	// Read the saved runtime without rtMu: API readers take rtMu inside
 	// their store transactions, so holding it across one inverts the
 	// lock order.
-	rt = &fleetRuntime{notices: map[string]interruption.Notice{}, offerings: map[string][]providers.Offering{}, offeringsAt: map[string]time.Time{},
-		runSeconds: map[string]float64{}}
+	rt = &fleetRuntime{notices: map[string]interruption.Notice{}, runSeconds: map[string]float64{}}
 	_ = d.store.View(context.Background(), func(tx state.Tx) error {
 		b, err := tx.Meta(runtimeKey(name))
 		if err == nil && len(b) > 0 && json.Unmarshal(b, &rt.savedRuntime) == nil {
@@ -245,7 +240,9 @@ func rendezvousConfig(fl *spec.Fleet) rendezvous.Config {
 }
 
 // reconcileFleet observes one fleet, asks the reconciler for a plan and
-// executes it, persisting every node change before acting on it.
+// executes it, persisting every node change before acting on it. Only the
+// leader runs it (reconcileLoop); it sequences the pass around the fleet's
+// runtime memory, and fleet/controller does the cloud-facing steps.
 func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	d.fleetLock(f.Name).Lock()
 	defer d.fleetLock(f.Name).Unlock()
@@ -278,70 +275,14 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		return err
 	}
 
-	// Observe every provider the fleet uses or its nodes still live on.
-	provNames := map[string]bool{}
-	for _, p := range fl.Providers {
-		provNames[p.Name] = true
-	}
-	for _, n := range nodes {
-		if n.Offering.Provider != "" {
-			provNames[n.Offering.Provider] = true
-		}
-	}
 	d.seedSpotHistory(ctx, rt, now)
 	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Finished: f.Completed && !f.Destroying, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
 		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
 		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
 		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: d.params}
 	in.Move = d.moveCost(fl)
-	names := make([]string, 0, len(provNames))
-	for n := range provNames {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p, cfg, err := d.providerFor(ctx, f, name)
-		if err != nil {
-			d.log.Warn("provider unavailable", "fleet", f.Name, "provider", name, "err", err)
-			continue
-		}
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		insts, err := p.List(lctx, cfg, map[string]string{providers.TagFleet: f.Name})
-		cancel()
-		d.countProviderCallIn(name, "list", callRegion(err, "", cfg), err)
-		if err != nil {
-			d.log.Warn("provider list failed", "fleet", f.Name, "provider", name, "err", err)
-		} else {
-			in.ObservedOK[name] = true
-			if in.Instances == nil {
-				in.Instances = insts // the common single provider: no copy
-			} else {
-				in.Instances = append(in.Instances, insts...)
-			}
-		}
-		if f.Destroying || f.Completed {
-			continue
-		}
-		offs := rt.offerings[name]
-		if now.Sub(rt.offeringsAt[name]) > offeringsTTL || offs == nil {
-			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			o, err := p.Offerings(octx, cfg)
-			cancel()
-			d.countProviderCallIn(name, "offerings", callRegion(err, "", cfg), err)
-			if err != nil {
-				d.log.Warn("provider offerings failed", "fleet", f.Name, "provider", name, "err", err)
-			} else {
-				offs = o
-				rt.offerings[name], rt.offeringsAt[name] = o, now
-				d.noteOfferings(o)
-				d.notePrices(f.Name, name, fl, o)
-			}
-		}
-		// Offerings whose architecture has no agent binary are not
-		// placement's to pick (plan refuses a fleet left with none).
-		offs, _ = d.servableOfferings(offs)
-		in.Offerings = append(in.Offerings, offs...)
-	}
+	// Observe every provider the fleet uses or its nodes still live on.
+	d.ctrl.Observe(ctx, f, &rt.market, &in)
 
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
 	var rst *rendezvous.Status
@@ -366,35 +307,8 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 	// reconciler only asks it about booting nodes.
 
 	// Instances the provider itself reports as interrupted or gone become
-	// notices. The index of nodes by instance is built only when some
-	// instance reports one: most passes have none.
-	var byInstance map[string]state.Node
-	for _, inst := range in.Instances {
-		if inst.Interruption == nil || f.Completed || f.Destroying {
-			// A finished job's agents exit on their own: not an interruption.
-			continue
-		}
-		if byInstance == nil {
-			byInstance = make(map[string]state.Node, len(nodes))
-			for _, n := range nodes {
-				if n.InstanceID != "" {
-					byInstance[n.InstanceID] = n
-				}
-			}
-		}
-		n, ok := byInstance[inst.ID]
-		if !ok {
-			continue
-		}
-		kind, err := interruption.ParseKind(inst.Interruption.Kind)
-		if err != nil {
-			continue
-		}
-		if n.State == state.NodeTerminating || n.State == state.NodeTerminated || n.State == state.NodeFailed {
-			continue
-		}
-		_ = d.HandleNotice(ctx, f.Name, interruption.Notice{Node: n.ID, Instance: inst.ID, Kind: kind, Deadline: inst.Interruption.Deadline, Source: "provider/" + inst.Offering.Provider})
-	}
+	// notices.
+	d.ctrl.NoticeInterrupted(ctx, f, &in)
 	d.rtMu.Lock()
 	if len(rt.notices) > 0 {
 		// A notice lives while its node does.
@@ -587,167 +501,17 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 	d.rtMu.Lock()
 	delete(d.runtimes, name)
 	d.rtMu.Unlock()
-	d.forgetCheckpoints(name)
+	d.agentAPI.ForgetCheckpoints(name)
 	return nil
 }
 
-// updateIf is update when cond holds, and nothing otherwise.
-func (d *Daemon) updateIf(ctx context.Context, cond bool, fn func(state.Tx) error) error {
-	if !cond {
-		return nil
-	}
-	return d.update(ctx, fn)
-}
-
-// transitionEvent is the event of a node state change.
-func transitionEvent(n state.Node, from state.NodeState, reason string) state.Event {
-	return state.Event{Fleet: n.Fleet, Node: n.ID, Type: "node.transition",
-		Message: fmt.Sprintf("%s → %s: %s", from, n.State, reason),
-		Data:    map[string]string{"from": string(from), "to": string(n.State), "offering": n.Offering.Key()}}
-}
-
-// putLaunchOutcomeTx is putNodeTx for a launch's outcome. A launch the
-// market refused (capacity, quota: the offering is marked unavailable) says
-// so in its event, so the boot-failure alert, which is about images and
-// setup, does not count it; those conditions have alerts of their own.
-func putLaunchOutcomeTx(tx state.Tx, res reconcile.LaunchResult, from state.NodeState) error {
-	if err := tx.PutNode(res.Node); err != nil {
-		return err
-	}
-	if from == res.Node.State {
-		return nil
-	}
-	ev := transitionEvent(res.Node, from, res.Node.Reason)
-	if res.Mark != nil {
-		ev.Data["unavailable"] = string(res.Mark.Kind)
-	}
-	_, err := tx.AppendEvent(ev)
-	return err
-}
-
-// putNodeTx stores a node with its transition event.
-func putNodeTx(tx state.Tx, n state.Node, from state.NodeState, reason string) error {
-	if err := tx.PutNode(n); err != nil {
-		return err
-	}
-	if from != n.State {
-		_, err := tx.AppendEvent(transitionEvent(n, from, reason))
-		return err
-	}
-	return nil
-}
-
-// execute performs a plan's actions in order. Launches run concurrently
-// after the other actions: each persists its own records, and a slow cloud
-// call must not hold up a replacement elsewhere.
+// execute performs a plan (fleet/controller), recording the pass's
+// decisions between its other actions and its launches.
 func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt *fleetRuntime, in reconcile.Input, plan reconcile.Plan) error {
 	now := in.Now
-	var launches []reconcile.Launch
-	var alerts []reconcile.Alert
-	// Every node change of the plan is persisted first, in one durable
-	// transaction (one fsync, however many nodes an interruption storm
-	// touches); only then does anything act on them. A plan without any
-	// (most passes) costs no transaction: bbolt would fsync even an empty one.
-	changes := slices.ContainsFunc(plan.Actions, func(a reconcile.Action) bool {
-		switch a.(type) {
-		case reconcile.Transition, reconcile.Adopt:
-			return true
-		}
-		return false
-	})
-	var prevNodes map[string]state.NodeState // built for the first Adopt
-	if err := d.updateIf(ctx, changes, func(tx state.Tx) error {
-		for _, a := range plan.Actions {
-			switch a := a.(type) {
-			case reconcile.Transition:
-				if err := tx.PutNode(a.Node); err != nil {
-					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
-				}
-				if _, err := tx.AppendEvent(transitionEvent(a.Node, a.From, a.Reason)); err != nil {
-					return err
-				}
-			case reconcile.Adopt:
-				if err := tx.PutNode(a.Node); err != nil {
-					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
-				}
-				if prevNodes == nil {
-					prevNodes = make(map[string]state.NodeState, len(in.Nodes))
-					for _, n := range in.Nodes {
-						prevNodes[n.ID] = n.State
-					}
-				}
-				if from := prevNodes[a.Node.ID]; from != a.Node.State {
-					if _, err := tx.AppendEvent(transitionEvent(a.Node, from, a.Reason)); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}); err != nil {
+	launches, alerts, err := d.ctrl.Perform(ctx, f, in, plan)
+	if err != nil {
 		return err
-	}
-	for _, a := range plan.Actions {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		switch a := a.(type) {
-		case reconcile.Transition:
-			d.onTransition(ctx, f.Name, a)
-		case reconcile.Adopt:
-		case reconcile.Launch:
-			launches = append(launches, a)
-		case reconcile.Terminate:
-			p, cfg, err := d.providerFor(ctx, f, a.Provider)
-			if err != nil {
-				d.log.Warn("terminate", "node", a.NodeID, "err", err)
-				continue
-			}
-			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			err = p.Delete(tctx, cfg, a.InstanceID)
-			cancel()
-			d.countProviderCallIn(a.Provider, "delete", callRegion(err, "", cfg), err)
-			if err != nil {
-				d.log.Warn("terminate failed; retried next pass", "node", a.NodeID, "instance", a.InstanceID, "err", err)
-			}
-		case reconcile.DeleteOrphan:
-			p, cfg, err := d.providerFor(ctx, f, a.Instance.Offering.Provider)
-			if err != nil {
-				continue
-			}
-			err = p.Delete(ctx, cfg, a.Instance.ID)
-			d.countProviderCallIn(a.Instance.Offering.Provider, "delete", callRegion(err, a.Instance.Offering.Region, cfg), err)
-			d.appendEvent(ctx, state.Event{Fleet: f.Name, Type: "orphan.deleted", Message: a.String(), Data: map[string]string{"instance": a.Instance.ID}})
-		case reconcile.MarkUnavailable:
-			if err := d.markUnavailable(ctx, a, now); err != nil {
-				return err
-			}
-		case reconcile.Alert:
-			alerts = append(alerts, a)
-		case reconcile.Drain:
-			if d.rz() != nil {
-				if err := d.rz().Exclude(ctx, f.Name, a.NodeID, a.Reason); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
-					d.log.Warn("rendezvous exclude", "node", a.NodeID, "err", err)
-				}
-			}
-		case reconcile.ForgetNode:
-			if err := d.update(ctx, func(tx state.Tx) error {
-				// Its spend moves to the fleet's persisted total, so
-				// fleetd_spend_usd_total does not drop with the record.
-				if n, err := tx.Node(f.Name, a.NodeID); err == nil {
-					if err := addSpendForgotten(tx, n, now); err != nil {
-						return err
-					}
-				}
-				if err := tx.DeleteNode(f.Name, a.NodeID); err != nil && !errors.Is(err, state.ErrNotFound) {
-					return err
-				}
-				_, err := tx.AppendEvent(state.Event{Fleet: f.Name, Node: a.NodeID, Type: "node.forgotten", Message: a.Reason})
-				return err
-			}); err != nil {
-				return err
-			}
-		}
 	}
 	d.setAlerts(ctx, f.Name, rt, alerts)
 	if plan.ScaledUp {
@@ -759,146 +523,7 @@ func (d *Daemon) execute(ctx context.Context, f state.Fleet, fl *spec.Fleet, rt 
 	d.noteSpotHistory(ctx, rt.Fallback.Spot, plan.Fallback.Spot, now)
 	rt.Fallback = plan.Fallback
 	d.saveRuntime(ctx, f.Name, rt, now, f.Destroying)
-
-	// A launch while some node has ended or is draining replaces it: only
-	// those count as replacement-requested → joined recoveries.
-	replacing := false
-	for _, n := range in.Nodes {
-		switch n.State {
-		case state.NodeDraining, state.NodeTerminating, state.NodeTerminated, state.NodeFailed:
-			replacing = true
-		}
-	}
-	for _, a := range plan.Actions {
-		if t, ok := a.(reconcile.Transition); ok && (t.To == state.NodeDraining || t.To == state.NodeFailed || t.To == state.NodeTerminated) {
-			replacing = true
-		}
-	}
-	if len(launches) == 0 {
-		return nil
-	}
-	// Every launch's new record (requested) and launch decision
-	// (provisioning) in one durable transaction, before any Create: a
-	// storm's hundreds of launches must not each wait for an fsync.
-	if err := d.update(ctx, func(tx state.Tx) error {
-		for _, l := range launches {
-			if err := launchStartTx(tx, l, now); err != nil {
-				return fmt.Errorf("launch %s: %w", l.Node.ID, err)
-			}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	outcomes := d.groupCommitter(ctx)
-	defer close(outcomes)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16) // bounds concurrent provider calls
-	for _, l := range launches {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(l reconcile.Launch) {
-			defer wg.Done()
-			if err := d.launch(ctx, f, fl, l, now, replacing, sem, outcomes); err != nil && ctx.Err() == nil {
-				d.log.Error("launch", "node", l.Node.ID, "err", err)
-			}
-		}(l)
-	}
-	wg.Wait()
-	return nil
-}
-
-// groupedUpdate is a transaction body waiting to be committed with others.
-type groupedUpdate struct {
-	fn   func(state.Tx) error
-	done chan error
-}
-
-// groupCommitter commits the bodies sent on the returned channel until it is
-// closed: whatever queued up during one commit goes into the next, as one
-// durable transaction. If that transaction fails, each body is retried on
-// its own so that one bad body does not fail the others.
-func (d *Daemon) groupCommitter(ctx context.Context) chan<- groupedUpdate {
-	in := make(chan groupedUpdate)
-	go func() {
-		for first := range in {
-			batch := []groupedUpdate{first}
-		drain:
-			for len(batch) < 256 {
-				select {
-				case g, ok := <-in:
-					if !ok {
-						break drain
-					}
-					batch = append(batch, g)
-				default:
-					break drain
-				}
-			}
-			err := d.update(ctx, func(tx state.Tx) error {
-				for _, g := range batch {
-					if err := g.fn(tx); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			for _, g := range batch {
-				if err != nil && len(batch) > 1 {
-					g.done <- d.update(ctx, g.fn)
-				} else {
-					g.done <- err
-				}
-			}
-		}
-	}()
-	return in
-}
-
-// launchStartTx stores a launch's new record and its provisioning state.
-func launchStartTx(tx state.Tx, l reconcile.Launch, now time.Time) error {
-	n := l.Node
-	prov := reconcile.StartLaunch(n, now)
-	if !l.Relaunch {
-		if err := tx.PutNode(n); err != nil {
-			return err
-		}
-		if _, err := tx.AppendEvent(transitionEvent(n, "", l.Reason)); err != nil {
-			return err
-		}
-	}
-	if err := tx.PutNode(prov); err != nil {
-		return err
-	}
-	_, err := tx.AppendEvent(transitionEvent(prov, n.State, prov.Reason))
-	return err
-}
-
-// onTransition hooks side effects of node state changes.
-func (d *Daemon) onTransition(ctx context.Context, fleetName string, a reconcile.Transition) {
-	if a.To == state.NodeRunning {
-		d.noteRunning(fleetName, a.Node)
-	}
-}
-
-func (d *Daemon) markUnavailable(ctx context.Context, a reconcile.MarkUnavailable, now time.Time) error {
-	return d.update(ctx, func(tx state.Tx) error { return markUnavailableTx(tx, a, now) })
-}
-
-// markUnavailableTx applies a MarkUnavailable to its offering record, with
-// its event.
-func markUnavailableTx(tx state.Tx, a reconcile.MarkUnavailable, now time.Time) error {
-	rec, err := tx.Offering(a.Key)
-	if err != nil {
-		return err
-	}
-	rec = placement.MarkUnavailable(rec, now, a.Reason, a.Kind)
-	if err := tx.PutOffering(rec); err != nil {
-		return err
-	}
-	_, err = tx.AppendEvent(state.Event{Type: "offering.unavailable", Message: a.String(),
-		Data: map[string]string{"offering": a.Key, "kind": string(a.Kind), "until": rec.UnavailableUntil.UTC().Format(time.RFC3339)}})
-	return err
+	return d.ctrl.Launch(ctx, f, fl, in, plan, launches)
 }
 
 // setAlerts replaces a fleet's alerts, logging the new ones as events.
@@ -915,73 +540,6 @@ func (d *Daemon) setAlerts(ctx context.Context, fleetName string, rt *fleetRunti
 	d.rtMu.Lock()
 	rt.alerts = alerts
 	d.rtMu.Unlock()
-}
-
-// launch executes one Launch action whose start execute has persisted:
-// render user-data, call Create, free its slot in sem, and have outcomes
-// commit the result.
-func (d *Daemon) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool,
-	sem <-chan struct{}, outcomes chan<- groupedUpdate) error {
-	n := l.Node
-	prov := reconcile.StartLaunch(n, now)
-	freed := false
-	free := func() {
-		if !freed {
-			freed = true
-			<-sem
-		}
-	}
-	defer free()
-	if !l.Relaunch && replacing {
-		d.noteLaunchRequested(f.Name, n.ID, now)
-	}
-	p, cfg, err := d.providerFor(ctx, f, l.Offering.Provider)
-	var created []providers.Instance
-	if err == nil {
-		var ud string
-		ud, err = d.userData(f.Name, fl, prov)
-		if err == nil {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
-				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: n.ID,
-				Tags: map[string]string{providers.TagFleet: f.Name, providers.TagNodeID: n.ID, providers.TagDaemonID: d.daemonID},
-			})
-			cancel()
-		}
-		d.countProviderCallIn(l.Offering.Provider, "create", callRegion(err, l.Offering.Region, cfg), err)
-	}
-	free() // the provider call is done: the next launch may start
-	after := d.now()
-	res := reconcile.AfterLaunch(prov, created, err, after)
-	// The outcome, its offering mark and the launch record in one durable
-	// transaction, shared with the outcomes of concurrent launches (a
-	// storm launches hundreds, and every commit waits for the one before).
-	done := make(chan error, 1)
-	outcomes <- groupedUpdate{done: done, fn: func(tx state.Tx) error {
-		if err := putLaunchOutcomeTx(tx, res, prov.State); err != nil {
-			return err
-		}
-		if res.Mark != nil {
-			if err := markUnavailableTx(tx, *res.Mark, after); err != nil {
-				return err
-			}
-		}
-		if !res.Succeeded {
-			return nil
-		}
-		rec, err := tx.Offering(l.Offering.Key())
-		if err != nil {
-			return err
-		}
-		return tx.PutOffering(placement.RecordLaunch(rec, after))
-	}}
-	if perr := <-done; perr != nil {
-		return perr
-	}
-	if err != nil {
-		return fmt.Errorf("create %s on %s: %w", n.ID, l.Offering.Key(), err)
-	}
-	return nil
 }
 
 // metadataKind is the metadata service an agent watches on a provider.

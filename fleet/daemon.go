@@ -17,11 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/intake"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -78,8 +80,9 @@ type Daemon struct {
 	// agents are the agent binaries nodes download, by architecture;
 	// indexed at start (agentbinaries.go).
 	agents *bootstrap.AgentIndex
-	// ckpts holds the checkpoint stores' buckets and reports (checkpoints.go).
-	ckpts ckptRegistry
+	// agentAPI serves the nodes' agents (fleet/agentapi): registration,
+	// notices, logs, checkpoint store access and reports.
+	agentAPI *agentapi.API
 
 	api      *api.Server
 	listener net.Listener
@@ -98,7 +101,6 @@ type Daemon struct {
 	// autoscaleParams tune the goodput autoscaler (autoscaler.go).
 	autoscaleParams autoscale.Params
 	stats           *recoveryStats
-	logs            logRing
 	// metrics is the Prometheus registry behind /metrics; tally counts
 	// interruptions and boot failures from the event log (stats.go).
 	metrics *Metrics
@@ -111,6 +113,8 @@ type Daemon struct {
 	noticeAt   sync.Map
 	rdzvEvents chan state.Event
 	intake     *intake.Intake
+	// ctrl performs the reconcile passes' plans (fleet/controller).
+	ctrl *controller.Controller
 
 	specMu    sync.Mutex
 	specCache map[string]cachedSpec
@@ -151,6 +155,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d := &Daemon{cl: cl, cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
 		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096)}
 	d.intake = intake.New(intakeDeps{d}, log, opts.PollInterval)
+	d.ctrl = controller.New(controllerDeps{d}, log)
 	if d.tick <= 0 {
 		d.tick = 2 * time.Second
 	}
@@ -188,6 +193,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.indexAgents()
+	d.agentAPI = agentapi.New(agentDeps{d}, log, d.now, d.token, d.nodeSecret)
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.metrics.reg.MustRegister(checkpointCollector{d})
 	d.api = api.NewServer(d, d.token, log)
@@ -200,9 +206,9 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 			http.Error(w, "this server does not lead now; retry", http.StatusServiceUnavailable)
 			return
 		}
-		svc.Handler(rendezvous.AuthorizerFunc(d.authorizeNode)).ServeHTTP(w, r)
+		svc.Handler(rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)).ServeHTTP(w, r)
 	}))
-	d.mountAgentAPI(d.api.Extra)
+	d.mountRoutes(d.api.Extra)
 	// Observability: the event stream and /metrics need a read token (or
 	// better); the dashboard's static files carry no data and are served
 	// without one (the page sends the token on its API calls).

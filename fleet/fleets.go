@@ -349,7 +349,7 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
 	if fl != nil {
 		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
-		s.Checkpoint = d.checkpointStatus(f.Name, fl.Training.Checkpoint, d.now())
+		s.Checkpoint = d.agentAPI.CheckpointStatus(f.Name, fl.Training.Checkpoint, d.now())
 		if s.Checkpoint != nil {
 			s.Checkpoint.Moves = checkpointMoves(d.moveCost(fl), fl.TargetNodes())
 		}

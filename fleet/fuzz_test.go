@@ -194,7 +194,7 @@ func (fd *fuzzDaemon) fingerprint(tb testing.TB) []byte {
 			return err
 		}
 		for _, f := range fleets {
-			fs := fleetState{Fleet: f, Logs: len(fd.logs.get(f.Name, "", 0))}
+			fs := fleetState{Fleet: f, Logs: len(fd.agentAPI.Logs(f.Name, "", 0))}
 			if fs.Nodes, err = tx.Nodes(f.Name); err != nil {
 				return err
 			}

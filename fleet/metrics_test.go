@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/schema"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -441,7 +442,7 @@ func TestSavingsAgainstOnDemand(t *testing.T) {
 // Repeated boot failures raise an alert; the counter counts them by the
 // state they failed from.
 func TestBootFailureAlert(t *testing.T) {
-	d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}}
+	d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}, agentAPI: agentapi.New(nil, nil, time.Now, "", nil)}
 	now := time.Now()
 	seq := uint64(0)
 	fail := func(from state.NodeState, at time.Time) {

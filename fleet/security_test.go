@@ -1048,7 +1048,7 @@ func TestSecurityTokenComparisonsAreConstantTime(t *testing.T) {
 	for _, f := range []fn{
 		{filepath.Join("api", "server.go"), "TokenEqual", "ConstantTimeCompare"},
 		{filepath.Join("api", "server.go"), "Authorize", "TokenEqual"},
-		{"nodeauth.go", "authorizeNode", "TokenEqual"},
+		{filepath.Join("agentapi", "nodeauth.go"), "AuthorizeNode", "TokenEqual"},
 		{"tokens.go", "verifyScopedToken", "TokenEqual"},
 	} {
 		file, err := parser.ParseFile(token.NewFileSet(), f.file, nil, parser.SkipObjectResolution)
@@ -1087,7 +1087,7 @@ func TestSecurityTokenComparisonsAreConstantTime(t *testing.T) {
 	}
 	isLit := func(e ast.Expr) bool { _, ok := e.(*ast.BasicLit); return ok }
 	var files []string
-	for _, pat := range []string{"*.go", filepath.Join("api", "*.go"), filepath.Join("..", "rendezvous", "*.go")} {
+	for _, pat := range []string{"*.go", filepath.Join("api", "*.go"), filepath.Join("agentapi", "*.go"), filepath.Join("..", "rendezvous", "*.go")} {
 		m, _ := filepath.Glob(pat)
 		files = append(files, m...)
 	}

@@ -322,7 +322,7 @@ func (d *Daemon) alerts(fleet string) []api.AlertInfo {
 	if a, ok := d.tally.bootAlert(fleet, d.now()); ok {
 		out = append(out, a)
 	}
-	out = append(out, d.checkpointAlerts(fleet)...)
+	out = append(out, d.agentAPI.CheckpointAlerts(fleet)...)
 	return out
 }
 

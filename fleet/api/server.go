@@ -229,6 +229,18 @@ func WriteError(w http.ResponseWriter, status int, err error) {
 	WriteJSON(w, status, Error{Error: err.Error()})
 }
 
+// WriteFailure answers a failed agent or operator call: 404 when the state
+// does not hold what it names, else 500, logged.
+func WriteFailure(w http.ResponseWriter, log *slog.Logger, err error) {
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		WriteError(w, http.StatusNotFound, err)
+	default:
+		log.Error("agent api", "err", err)
+		WriteError(w, http.StatusInternalServerError, err)
+	}
+}
+
 // DecodeBody decodes a JSON body strictly, mapping an oversized body to 413.
 func DecodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)

@@ -1,21 +1,36 @@
-package fleet
+package controller
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/providers/providertest"
 )
+
+// storeDeps is Deps with only Update, on a state store.
+type storeDeps struct {
+	Deps
+	st state.Store
+}
+
+func (s storeDeps) Update(ctx context.Context, fn func(state.Tx) error) error {
+	return s.st.Update(ctx, fn)
+}
 
 // Concurrent launch outcomes share transactions; each caller learns its own
 // body's result, and a failing body costs only its own writes.
 func TestGroupCommitterIsolatesFailures(t *testing.T) {
-	td := startTestDaemon(t, t.TempDir(), providertest.NewMemProvider())
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := New(storeDeps{st: st}, nil)
 	for _, tc := range []struct {
 		name    string
 		bodies  int
@@ -31,7 +46,7 @@ func TestGroupCommitterIsolatesFailures(t *testing.T) {
 			defer cancel()
 			bad := errors.New("invalid body")
 			key := func(i int) string { return fmt.Sprintf("groupcommit-test/%s/%d", tc.name, i) }
-			in := td.groupCommitter(ctx)
+			in := c.groupCommitter(ctx)
 			errs := make([]error, tc.bodies)
 			var wg sync.WaitGroup
 			for i := range tc.bodies {
@@ -51,7 +66,7 @@ func TestGroupCommitterIsolatesFailures(t *testing.T) {
 			}
 			wg.Wait()
 			close(in)
-			err := td.store.View(ctx, func(tx state.Tx) error {
+			err := st.View(ctx, func(tx state.Tx) error {
 				for i := range tc.bodies {
 					v, err := tx.Meta(key(i))
 					if err != nil {
