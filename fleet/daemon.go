@@ -411,11 +411,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go d.intake.Run(ctx)
 		d.kick()
 	} else {
+		self := cluster.Server{Name: d.cl.cfg.Name, URL: d.URL()}
 		leading.Add(1)
 		go func() {
 			defer leading.Done()
-			d.lead(ctx, cluster.Server{Name: d.cl.cfg.Name, URL: d.URL()})
+			d.lead(ctx, self)
 		}()
+		go d.watchLeaderDeath(ctx, self)
 	}
 	go d.followEvents(ctx)
 	d.log.Info("fleetd daemon serving", "url", d.URL(), "daemon_id", d.daemonID, "data_dir", d.cfg.DataDir)
@@ -435,6 +437,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// (training must not depend on the daemon being up).
 		d.terminateAll(sctx)
 	}
+	// In a cluster the leader flushes before it resigns (lead), and both
+	// happen before the API closes: the other servers depose a leader
+	// whose port refuses connections (watchLeaderDeath), which would fence
+	// the flush's writes.
+	leading.Wait()
 	// Long-polls are cut short by Shutdown's deadline; that is fine: clients retry.
 	if err := d.httpSrv.Shutdown(sctx); err != nil {
 		d.httpSrv.Close()
@@ -445,8 +452,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cl == nil {
 		d.flushRuntimes(fctx)
 	}
-	// In a cluster the leader flushes before it resigns (lead).
-	leading.Wait()
 	return nil
 }
 

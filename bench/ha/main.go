@@ -156,7 +156,9 @@ func startCluster(bin string, ttl time.Duration, root string) ([]*server, string
 				toks = append(toks, strings.TrimSpace(string(b)))
 			}
 		}
-		if len(toks) == 3 && toks[0] == toks[1] && toks[1] == toks[2] && toks[0] != "" {
+		// A server writes its token file before its API listens: wait
+		// until every one answers too.
+		if len(toks) == 3 && toks[0] == toks[1] && toks[1] == toks[2] && toks[0] != "" && allAnswer(servers, toks[0]) {
 			return servers, toks[0], nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -178,19 +180,35 @@ func stopAll(servers []*server) {
 	}
 }
 
-func leaderOf(servers []*server, token string) string {
-	c := &http.Client{Timeout: time.Second}
+// clusterInfo asks one server who leads.
+func clusterInfo(s *server, token string) (api.ClusterInfo, error) {
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: time.Second}).Do(req)
+	if err != nil {
+		return api.ClusterInfo{}, err
+	}
+	defer resp.Body.Close()
+	var info api.ClusterInfo
+	if resp.StatusCode != http.StatusOK {
+		return info, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return info, json.NewDecoder(resp.Body).Decode(&info)
+}
+
+// allAnswer reports whether every server answers GET /v1/cluster.
+func allAnswer(servers []*server, token string) bool {
 	for _, s := range servers {
-		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := c.Do(req)
-		if err != nil {
-			continue
+		if _, err := clusterInfo(s, token); err != nil {
+			return false
 		}
-		var info api.ClusterInfo
-		err = json.NewDecoder(resp.Body).Decode(&info)
-		resp.Body.Close()
-		if err == nil && info.Leader != "" {
+	}
+	return true
+}
+
+func leaderOf(servers []*server, token string) string {
+	for _, s := range servers {
+		if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {
 			return info.Leader
 		}
 	}

@@ -221,7 +221,17 @@ func TestHAThreeServers(t *testing.T) {
 	stopClients := make(chan struct{})
 	clients := runClients(t, servers[0].url+","+servers[1].url+","+servers[2].url, token, 3, hist, stopClients)
 
-	// SIGKILL the leader.
+	// SIGKILL the leader, once a follower's probe has reached its API (a
+	// follower deposes a leader whose port then refuses connections; one
+	// it never reached, it leaves to its lease).
+	waitUntil(t, "a follower reaching the leader's API", 15*time.Second, func() bool {
+		for _, f := range followers {
+			if strings.Contains(f.logs.String(), `msg="leader probe" leader=`+leader) {
+				return true
+			}
+		}
+		return false
+	})
 	killed := time.Now()
 	if err := lead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -233,7 +243,13 @@ func TestHAThreeServers(t *testing.T) {
 		next = leaderOf(followers)
 		return next != "" && next != leader
 	})
-	t.Logf("leader %s SIGKILLed; %s leads %.2fs later (session TTL 3s)", leader, next, time.Since(killed).Seconds())
+	how := "its lease ran out"
+	for _, f := range followers {
+		if strings.Contains(f.logs.String(), "the leader's API refuses connections") {
+			how = f.name + " deposed it when its port refused connections"
+		}
+	}
+	t.Logf("leader %s SIGKILLed; %s leads %.2fs later (session TTL 3s; %s)", leader, next, time.Since(killed).Seconds(), how)
 	rest := followers[0].url + "," + followers[1].url
 	// The agents fail over to the remaining servers and keep heartbeating:
 	// past dead_after, the same two nodes still run and nothing was

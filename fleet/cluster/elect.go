@@ -270,16 +270,36 @@ var ErrNoLeader = errors.New("no fleetd server is the leader now")
 
 // Leader returns the current leader.
 func (e *Elector) Leader(ctx context.Context) (Server, error) {
-	resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithFirstCreate()...)
+	s, _, err := e.LeaderLease(ctx)
+	return s, err
+}
+
+// LeaderLease returns the current leader and the lease its term holds;
+// opts are added to the read (clientv3.WithSerializable() answers from the
+// local member, also while etcd has no raft leader).
+func (e *Elector) LeaderLease(ctx context.Context, opts ...clientv3.OpOption) (Server, clientv3.LeaseID, error) {
+	resp, err := e.cli.Get(ctx, e.prefix, append(clientv3.WithFirstCreate(), opts...)...)
 	if err != nil {
-		return Server{}, fmt.Errorf("leader: %w", err)
+		return Server{}, 0, fmt.Errorf("leader: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Server{}, ErrNoLeader
+		return Server{}, 0, ErrNoLeader
 	}
 	var s Server
 	if err := json.Unmarshal(resp.Kvs[0].Value, &s); err != nil {
-		return Server{}, fmt.Errorf("leader value: %w", err)
+		return Server{}, 0, fmt.Errorf("leader value: %w", err)
 	}
-	return s, nil
+	return s, clientv3.LeaseID(resp.Kvs[0].Lease), nil
+}
+
+// Depose ends the term held by lease now: its election key goes with the
+// lease, the next campaigner wins, and the old term's fence refuses its
+// writes from then on. For a leader known to be dead, so the others need
+// not wait for its lease to run out. A lease already gone is no error.
+func (e *Elector) Depose(ctx context.Context, lease clientv3.LeaseID) error {
+	_, err := e.cli.Revoke(ctx, lease)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("depose: %w", err)
+	}
+	return nil
 }
