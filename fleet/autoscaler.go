@@ -127,6 +127,11 @@ func (d *Daemon) autoscale(ctx context.Context, f state.Fleet, fl *spec.Fleet, r
 	if fl.DesiredNodes == 0 {
 		in.Target, in.TargetAt = dec.Target, rt.Scale.ChangedAt
 		in.WorkScale = workScale(dec)
+	} else {
+		// The spec's desired_nodes is the target; when an apply changed
+		// it, the user asked for that size now, not after the cooldowns
+		// that space the daemon's own scale steps.
+		in.TargetAt = rt.Scale.ChangedAt
 	}
 	v := &scaleView{decision: dec, roundTiming: tr.Latest == nil, done: rt.Progress.Done}
 	if tr.Latest != nil {

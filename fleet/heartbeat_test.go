@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +130,31 @@ func nodeByID(nodes []state.Node, id string) state.Node {
 		}
 	}
 	return state.Node{}
+}
+
+// TestDesiredNodesDecreaseActsAtOnce: an apply that lowers desired_nodes
+// drains the surplus at once. The scale cooldowns space the daemon's own
+// steps (here: the growth wave to 3 just before); they do not hold back
+// a size the user asked for.
+func TestDesiredNodesDecreaseActsAtOnce(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := startTestDaemon(t, t.TempDir(), mem)
+	ctx := context.Background()
+	withDesired := func(n int) string {
+		s := strings.Replace(memSpec, "min_nodes = 2", "min_nodes = 1", 1)
+		return strings.Replace(s, "max_nodes = 3", fmt.Sprintf("max_nodes = 3\n  desired_nodes = %d", n), 1)
+	}
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: withDesired(3)}); err != nil {
+		t.Fatal(err)
+	}
+	joined := map[string]bool{}
+	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	td.joinAll(t, "train", joined)
+	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: withDesired(2)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a running node drained for desired_nodes = 2 (the scale-down cooldown is 5 min)", 15*time.Second, func() bool {
+		return countState(td.nodes(t, "train"), state.NodeRunning) == 2
+	})
 }
