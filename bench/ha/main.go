@@ -295,6 +295,11 @@ func failoverRun(bin string, ttl time.Duration) (elected, acting, replaced float
 		return 0, 0, 0, errors.New("the fleet never ran 2 nodes")
 	}
 	victim := nodes[0].ID
+	// A leader of a real deployment has led for a while when it dies. The
+	// followers depose a dead leader they have reached (its port then
+	// refuses connections); one killed within a probe or two of its
+	// election goes by its lease instead. Two seconds are four probes.
+	time.Sleep(2 * time.Second)
 
 	killed := time.Now()
 	if err := lead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
