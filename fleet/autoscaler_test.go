@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,28 +16,8 @@ import (
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-const autoscaleSpec = `
-fleet "train" {
-  min_nodes = 2
-  max_nodes = 4
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-  rendezvous {
-    last_call  = "200ms"
-    heartbeat  = "20s"
-    dead_after = "60s"
-  }
-}
-`
+// autoscaleSpec is the daemon tests' fleet with room to grow to 4.
+var autoscaleSpec = strings.Replace(memSpec, "max_nodes = 3", "max_nodes = 4", 1)
 
 // reporter plays the workers' progress reports: the rank-0 node of the
 // current closed round heartbeats with the round's progress at the

@@ -93,9 +93,12 @@ func (d *Daemon) watchLeaderDeath(ctx context.Context, self cluster.Server) {
 			continue
 		}
 		reachable, refused := probePort(ctx, leader.URL)
-		wasReached, wasRefused := p.reached && p.lease == lease, !p.refusedSince.IsZero() && p.lease == lease
+		was := p
+		if was.lease != lease {
+			was = leaderDeathProbe{}
+		}
 		depose := p.observe(lease, reachable, refused, time.Now())
-		if p.reached != wasReached || (!p.refusedSince.IsZero()) != wasRefused {
+		if p.reached != was.reached || p.refusedSince.IsZero() != was.refusedSince.IsZero() {
 			d.log.Debug("leader probe", "leader", leader.Name, "url", leader.URL, "reached", p.reached, "refusing", !p.refusedSince.IsZero())
 		}
 		if !depose {

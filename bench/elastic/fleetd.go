@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/devd"
 	"github.com/fleetd/fleetd/bench/internal/procs"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -31,8 +30,7 @@ type fleetdRun struct {
 	cfg    config
 	mode   string // "restart" or "in-process"
 	dir    string
-	daemon *exec.Cmd
-	exited chan error
+	daemon *devd.Daemon
 	client *api.Client
 
 	mu sync.Mutex
@@ -101,59 +99,12 @@ fleet %q {
 }
 
 func (f *fleetdRun) start(ctx context.Context) error {
-	port, err := procs.FreePort()
+	d, err := devd.Start(ctx, f.cfg.fleetd, f.dir)
+	f.daemon = d
 	if err != nil {
 		return err
 	}
-	logf, err := os.Create(filepath.Join(f.dir, "fleetd-daemon.log"))
-	if err != nil {
-		return err
-	}
-	d := exec.Command(f.cfg.fleetd, "serve", "-dev", "-listen", fmt.Sprintf("127.0.0.1:%d", port), "-data-dir", filepath.Join(f.dir, "data"))
-	out, err := d.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	d.Stderr = logf
-	if err := d.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start fleetd: %w", err)
-	}
-	f.daemon, f.exited = d, make(chan error, 1)
-	var base, token string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-			base = v
-		}
-		if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-			token = v
-			break
-		}
-	}
-	go func() {
-		for sc.Scan() {
-		}
-		f.exited <- d.Wait()
-		logf.Close()
-	}()
-	if token == "" {
-		return fmt.Errorf("fleetd did not start; see %s", logf.Name())
-	}
-	if f.client, err = api.NewClient(base, api.ClientOptions{Token: token}); err != nil {
-		return err
-	}
-	for i := 0; ; i++ {
-		if _, err := f.client.Status(ctx); err == nil {
-			break
-		}
-		if i > 200 {
-			return errors.New("fleetd daemon not answering")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	f.client = d.Client
 	if _, err := f.client.Apply(ctx, api.ApplyRequest{Filename: "bench.hcl", Source: f.spec()}); err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
@@ -163,44 +114,13 @@ func (f *fleetdRun) start(ctx context.Context) error {
 }
 
 func (f *fleetdRun) stop() {
-	if f.daemon != nil && f.daemon.Process != nil {
-		_ = f.daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-f.exited:
-		case <-time.After(30 * time.Second):
-			_ = f.daemon.Process.Kill()
-			<-f.exited
-		}
-	}
+	f.daemon.Stop()
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
 	}
 }
 
-type instance struct {
-	ID   string            `json:"id"`
-	PID  int               `json:"pid"`
-	Tags map[string]string `json:"tags"`
-	dir  string
-}
-
-func (f *fleetdRun) instances() []instance {
-	files, _ := filepath.Glob(filepath.Join(f.stateDir(), "instances", "*", "instance.json"))
-	var out []instance
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		var in instance
-		if json.Unmarshal(b, &in) != nil || in.Tags[providers.TagNodeID] == "" {
-			continue
-		}
-		in.dir = filepath.Dir(p)
-		out = append(out, in)
-	}
-	return out
-}
+func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
 
 // follow rebuilds the timeline from every node's worker logs
 // (root/var/log/fleetd/round-N/rank-R.log) four times a second.
@@ -209,7 +129,7 @@ func (f *fleetdRun) follow(ctx context.Context) {
 		tl := NewTimeline()
 		for _, in := range f.instances() {
 			node := in.Tags[providers.TagNodeID]
-			files, _ := filepath.Glob(filepath.Join(in.dir, "root", "var", "log", "fleetd", "round-*", "rank-*.log"))
+			files, _ := filepath.Glob(filepath.Join(in.Dir, "root", "var", "log", "fleetd", "round-*", "rank-*.log"))
 			for _, p := range files {
 				fh, err := os.Open(p)
 				if err != nil {
@@ -359,7 +279,7 @@ func (f *fleetdRun) notes(from, to time.Time) []note {
 	}
 	for _, in := range f.instances() {
 		node := in.Tags[providers.TagNodeID]
-		fh, err := os.Open(filepath.Join(in.dir, "root", "var", "log", "fleetd", "agent.log"))
+		fh, err := os.Open(filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log"))
 		if err != nil {
 			continue
 		}
