@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/sim.sh — the cost-policy tables of docs/benchmarks.md: fleetd sim on
 # the bundled V100 trace, 300 windows per seed, fleetd against Uniform
-# Progress, greedy and the optimum. Several minutes on two cores; not part
+# Progress, greedy, the optimum and the foresight bound (fleetd told each
+# zone's remaining up-run: docs/sim.md). Several minutes on two cores; not part
 # of make test.
 #
 #   bench/sim.sh                 # seeds 1–5, the three settings below
@@ -24,12 +25,12 @@ fi
 settings=("9 zones, 60 h|60h|" "9 zones, 52 h|52h|" "3 zones, 52 h|52h|-zones $THREE")
 for setting in "${settings[@]}"; do
   IFS='|' read -r name deadline zones <<<"$setting"
-  echo "== $name: fleetd sim -spec $SPEC -windows 300 -seed S -deadline $deadline $zones -policies optimum,fleetd,up,greedy ${SIM_FLAGS:-}"
+  echo "== $name: fleetd sim -spec $SPEC -windows 300 -seed S -deadline $deadline $zones -policies optimum,fleetd,up,greedy,fleetd-foresight ${SIM_FLAGS:-}"
   first=1
   for s in $SEEDS; do
     # shellcheck disable=SC2086 # zones and SIM_FLAGS are flag lists
     "$FLEETD_BIN" sim -spec "$SPEC" -windows 300 -seed "$s" -deadline "$deadline" $zones \
-      -policies optimum,fleetd,up,greedy ${SIM_FLAGS:-} |
+      -policies optimum,fleetd,up,greedy,fleetd-foresight ${SIM_FLAGS:-} |
       awk -v s="$s" -v first="$first" 'NR == 4 && first {print "seed  " $0} NR > 4 && NF > 0 {print "   " s "  " $0}'
     first=0
   done

@@ -161,6 +161,24 @@ func SeenOf(h []SpotSeen, key string) (SpotSeen, bool) {
 // availability is not reported fall back to the daemon's own history:
 // m from the record's interruptions over its run hours, age unknown.
 func ExpectedRun(o providers.Offering, seen []SpotSeen, rec state.OfferingRecord, now time.Time) time.Duration {
+	return Outlook{Now: now, Spot: seen}.ExpectedRun(o, rec)
+}
+
+// RunForecast tells how much longer the spot capacity of the offering
+// key stays up from now; false when it does not know. Only fleetd sim's
+// foresight policy has one (the trace's own future): it bounds what a
+// better prediction of interruptions could gain.
+type RunForecast func(key string, now time.Time) (time.Duration, bool)
+
+// ExpectedRun is the package's ExpectedRun for o with what the outlook
+// knows: its Forecast when it has one for o, else the market history.
+func (out Outlook) ExpectedRun(o providers.Offering, rec state.OfferingRecord) time.Duration {
+	if out.Forecast != nil {
+		if d, ok := out.Forecast(o.Key(), out.Now); ok {
+			return d
+		}
+	}
+	seen, now := out.Spot, out.Now
 	var m, age float64
 	if s, ok := SeenOf(seen, o.Key()); ok {
 		m = (s.UpSeconds/3600 + MarketPriorHours) / float64(s.Ends+1)

@@ -149,6 +149,9 @@ type Outlook struct {
 	// OnDemandPerGPU prices that work: the cheapest on-demand $/GPU-hour
 	// the fleet may use.
 	OnDemandPerGPU float64
+	// Forecast, when set, replaces the market history's ExpectedRun
+	// (fleetd sim's foresight policy only).
+	Forecast RunForecast
 }
 
 // Candidate is an offering with its cost-model figures.
@@ -198,9 +201,8 @@ func (m Model) EvaluateIn(o providers.Offering, rec state.OfferingRecord, s spec
 	rate := m.Rate(o, rec)
 	var er float64
 	if o.CapacityType == providers.Spot {
-		run := ExpectedRun(o, out.Spot, rec, out.Now)
-		er = run.Hours()
-		if _, ok := SeenOf(out.Spot, o.Key()); ok && er > 0 {
+		er = out.ExpectedRun(o, rec).Hours()
+		if _, ok := SeenOf(out.Spot, o.Key()); (ok || out.Forecast != nil) && er > 0 {
 			rate = 1 / er
 		}
 	}

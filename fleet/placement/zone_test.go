@@ -198,3 +198,62 @@ func TestCarrySpot(t *testing.T) {
 		t.Fatal("nothing to carry")
 	}
 }
+
+// TestForecastReplacesHistory: an outlook's Forecast (fleetd sim's
+// foresight bound) is what ExpectedRun and the ranking read, for zones
+// the market history knows and for zones it does not; without one, or
+// for a key it does not know, the history and the prior decide.
+func TestForecastReplacesHistory(t *testing.T) {
+	cheap := off("aws", "us-east-1a", "p4d", providers.Spot, 8.00, 1) // $1.00/GPU-h
+	dear := off("aws", "us-east-1b", "p4d", providers.Spot, 8.32, 1)  // $1.04/GPU-h
+	ends := map[string]time.Duration{cheap.Key(): 30 * time.Minute, dear.Key(): 100 * time.Hour}
+	forecast := func(key string, now time.Time) (time.Duration, bool) {
+		d, ok := ends[key]
+		return d, ok
+	}
+	m := DefaultModel()
+	for _, tc := range []struct {
+		name     string
+		seen     []SpotSeen
+		forecast RunForecast
+		// wantCheap, wantDear are the expected runs; best the cheaper
+		// Score.
+		wantCheap, wantDear time.Duration
+		best                providers.Offering
+	}{
+		{name: "prior only", wantCheap: 12 * time.Hour, wantDear: 12 * time.Hour, best: cheap},
+		{name: "history: both stable", seen: []SpotSeen{stableRuns(cheap.Key()), stableRuns(dear.Key())},
+			wantCheap: 44 * time.Hour, wantDear: 44 * time.Hour, best: cheap},
+		{name: "forecast, no history", forecast: forecast, wantCheap: 30 * time.Minute, wantDear: 100 * time.Hour, best: dear},
+		{name: "forecast over history", seen: []SpotSeen{stableRuns(cheap.Key()), stableRuns(dear.Key())}, forecast: forecast,
+			wantCheap: 30 * time.Minute, wantDear: 100 * time.Hour, best: dear},
+		{name: "forecast without the key", seen: []SpotSeen{stableRuns(cheap.Key())},
+			forecast: func(string, time.Time) (time.Duration, bool) { return 0, false }, wantCheap: 44 * time.Hour, wantDear: 12 * time.Hour, best: cheap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := Outlook{Now: t0, Spot: tc.seen, Forecast: tc.forecast}
+			for _, c := range []struct {
+				o    providers.Offering
+				want time.Duration
+			}{{cheap, tc.wantCheap}, {dear, tc.wantDear}} {
+				if got := out.ExpectedRun(c.o, state.OfferingRecord{}); got != c.want {
+					t.Errorf("ExpectedRun(%s) = %s, want %s", c.o.Zone, got, c.want)
+				}
+			}
+			a := m.EvaluateIn(cheap, state.OfferingRecord{}, "", out)
+			b := m.EvaluateIn(dear, state.OfferingRecord{}, "", out)
+			best := cheap
+			if b.Score < a.Score {
+				best = dear
+			}
+			if best.Key() != tc.best.Key() {
+				t.Errorf("best %s (scores %.4f, %.4f), want %s", best.Zone, a.Score, b.Score, tc.best.Zone)
+			}
+			if tc.forecast != nil {
+				if want := 1 / tc.wantCheap.Hours(); math.Abs(a.Rate-want) > 1e-9 {
+					t.Errorf("cheap rate %.4f/h, want 1/forecast = %.4f", a.Rate, want)
+				}
+			}
+		})
+	}
+}

@@ -62,6 +62,9 @@ type Params struct {
 	// Deadline is the deadline-mode policy; nil means
 	// placement.DefaultDeadlinePolicy.
 	Deadline placement.DeadlinePolicy `json:"-"`
+	// Forecast, when set, tells placement how long spot capacity stays
+	// up (placement.RunForecast); only fleetd sim's foresight policy.
+	Forecast placement.RunForecast `json:"-"`
 }
 
 // Defaults.

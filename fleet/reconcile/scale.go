@@ -134,7 +134,7 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 		}
 		for _, o := range placement.Filter(f, pl.in.Offerings) {
 			if o.CapacityType == providers.Spot && !ownSpot[o.Key()] && !exclude[o.Key()] &&
-				placement.ExpectedRun(o, fb.Spot, pl.in.Records[o.Key()], now) < minRun {
+				outlook.ExpectedRun(o, pl.in.Records[o.Key()]) < minRun {
 				admitted.Exclude[o.Key()] = true
 			}
 		}
@@ -178,7 +178,7 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 // $/GPU-hour.
 func (pl *planner) outlook(fb placement.FallbackState, fin placement.FallbackInput) placement.Outlook {
 	f := pl.in.Fleet
-	out := placement.Outlook{Now: pl.now(), Spot: fb.Spot, Lead: placement.DefaultNoticeLead}
+	out := placement.Outlook{Now: pl.now(), Spot: fb.Spot, Lead: placement.DefaultNoticeLead, Forecast: pl.p.Forecast}
 	if out.SlackValue = placement.SlackWorth(fin); out.SlackValue > 0 {
 		for _, o := range placement.Filter(f, pl.in.Offerings) {
 			if o.CapacityType != providers.OnDemand {

@@ -39,10 +39,22 @@ func DefaultPolicies() []Policy {
 	}
 }
 
-// SelectPolicies picks policies by name from DefaultPolicies and the
-// goodput policy (GoodputPolicy), in the order given.
+// ForesightPolicy is fleetd's policy told, at every decision, how much
+// longer each spot zone's capacity will stay up, from the trace itself.
+// No daemon can know that: the policy measures how much of fleetd's gap
+// to the optimum better interruption prediction could close at most
+// (docs/sim.md, "Foresight"). The rest is hindsight about when capacity
+// comes back, which only the optimum has.
+func ForesightPolicy() Policy {
+	return Policy{Name: "fleetd-foresight", Deadline: placement.DefaultDeadlinePolicy(), Foresight: true,
+		Description: "fleetd told every spot zone's true remaining up-run from the trace (not realizable: bounds what better interruption prediction could gain)"}
+}
+
+// SelectPolicies picks policies by name from DefaultPolicies, the goodput
+// policy (GoodputPolicy) and the foresight bound (ForesightPolicy), in the
+// order given.
 func SelectPolicies(names []string) ([]Policy, error) {
-	all := append(DefaultPolicies(), GoodputPolicy())
+	all := append(DefaultPolicies(), GoodputPolicy(), ForesightPolicy())
 	var out []Policy
 	for _, n := range names {
 		n = strings.TrimSpace(n)

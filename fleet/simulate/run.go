@@ -122,6 +122,9 @@ func newRunner(s *Setup, pol Policy, fl *spec.Fleet, cfg providers.Config, mkt *
 	r.params.Model.InterruptionCost = s.Job.Changeover
 	r.params.Deadline = pol.Deadline
 	r.params.Model.PriceOnly = r.params.Model.PriceOnly || pol.PriceOnly
+	if pol.Foresight {
+		r.params.Forecast = upRunForecast(m, max(fl.MinNodes, 1))
+	}
 	rc := rendezvous.Config{MinNodes: fl.MinNodes, MaxNodes: fl.MaxNodes, LastCall: fl.Rendezvous.LastCall,
 		Heartbeat: fl.Rendezvous.Heartbeat, DeadAfter: fl.Rendezvous.DeadAfter, MasterPort: fl.Training.MasterPort}
 	if r.rdzv, err = rendezvous.NewMachine(rc, "sim", start); err != nil {
@@ -710,5 +713,26 @@ func (r *runner) teardown() {
 	insts, _ := r.prov.List(r.ctx, r.cfg, map[string]string{providers.TagFleet: r.fl.Name})
 	for _, in := range insts {
 		_ = r.prov.Delete(r.ctx, r.cfg, in.ID)
+	}
+}
+
+// upRunForecast reads from the trace how much longer each spot offering
+// of m stays up from a given time: until the first tick with capacity for
+// fewer than need instances (the foresight policy).
+func upRunForecast(m *sim.Market, need int) placement.RunForecast {
+	return func(key string, now time.Time) (time.Duration, bool) {
+		o := m.Offer(key)
+		if o == nil || o.Spot.Key() != key {
+			return 0, false
+		}
+		i := int(now.Sub(o.Series.Start) / o.Series.Tick)
+		if i < 0 || i >= len(o.Series.Avail) {
+			return 0, false
+		}
+		j := i
+		for j < len(o.Series.Avail) && o.CapacityAt(j) >= need {
+			j++
+		}
+		return max(o.TickStart(j).Sub(now), 0), true
 	}
 }

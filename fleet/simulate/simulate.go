@@ -66,6 +66,11 @@ type Policy struct {
 	// Autoscale sizes the fleet with the goodput autoscaler (goodput.go)
 	// instead of aiming at max_nodes.
 	Autoscale bool `json:"autoscale,omitempty"`
+	// Foresight tells placement each spot zone's true remaining up-run,
+	// read from the trace's future (ForesightPolicy): not a policy
+	// anyone can run, a bound on what predicting interruptions better
+	// could gain.
+	Foresight bool `json:"foresight,omitempty"`
 }
 
 // Setup is a simulation.

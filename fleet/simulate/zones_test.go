@@ -62,6 +62,22 @@ func handMadeTrace(t *testing.T) string {
 	return dir
 }
 
+// runHandMade runs pols over 20 windows (seed 7) of the hand-made trace
+// in dir and returns their summaries, in order, and every run.
+func runHandMade(t *testing.T, dir string, tr *sim.Trace, pols []Policy, job Job, warm bool) ([]Summary, []Result) {
+	t.Helper()
+	s := &Setup{Trace: tr, Fleet: testFleet(t, map[string]any{"trace": dir, "cloud": "aws"}), Seed: 7, Windows: 20,
+		Job: job, Policies: pols, Warm: warm}
+	if err := s.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Summarize(pols, len(s.market.Offers), res), res
+}
+
 // TestZoneChoiceOnHandMadeTrace: fleetd's zone choice against the
 // baselines' cheapest-zone choice on a cheap-but-flaky vs dear-but-stable
 // market. A long job with little slack goes to the stable zone and costs
@@ -82,16 +98,7 @@ func TestZoneChoiceOnHandMadeTrace(t *testing.T) {
 	for _, warm := range []bool{false, true} {
 		for _, job := range []Job{{Work: 40 * time.Hour, Deadline: 42 * time.Hour}, {Work: 2 * time.Hour, Deadline: 4 * time.Hour}} {
 			t.Run(fmt.Sprintf("warm=%v work=%s", warm, job.Work), func(t *testing.T) {
-				s := &Setup{Trace: tr, Fleet: testFleet(t, map[string]any{"trace": dir, "cloud": "aws"}), Seed: 7, Windows: 20,
-					Job: job, Policies: pols, Warm: warm}
-				if err := s.Prepare(); err != nil {
-					t.Fatal(err)
-				}
-				res, err := s.Run(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				sum := Summarize(pols, len(s.market.Offers), res)
+				sum, res := runHandMade(t, dir, tr, pols, job, warm)
 				fl, gr := sum[0], sum[1]
 				t.Logf("fleetd $%.2f (%.2f preemptions, %.1f h on-demand); greedy $%.2f (%.2f preemptions, %.1f h on-demand)",
 					fl.MeanCost, fl.Preemptions, fl.OnDemandHours, gr.MeanCost, gr.Preemptions, gr.OnDemandHours)
@@ -116,5 +123,60 @@ func TestZoneChoiceOnHandMadeTrace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestForesightBound: the foresight policy's forecast is the trace's own
+// future (exactly the time to the first tick without capacity), and told
+// it, fleetd's zone choice on the hand-made market is preempted less
+// often than fleetd's and costs no more.
+func TestForesightBound(t *testing.T) {
+	dir := handMadeTrace(t)
+	tr, err := sim.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkt, err := sim.NewMarket(tr, sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := upRunForecast(mkt, 1)
+	checked := 0
+	for _, o := range mkt.Offers {
+		av := o.Series.Avail
+		for i := 0; i < len(av); i += 97 {
+			at := o.TickStart(i).Add(time.Minute)
+			got, ok := fc(o.Spot.Key(), at)
+			if !ok {
+				t.Fatalf("%s: no forecast at tick %d", o.Meta.Zone, i)
+			}
+			j := i
+			for j < len(av) && av[j] > 0 {
+				j++
+			}
+			if want := max(o.TickStart(j).Sub(at), 0); got != want {
+				t.Fatalf("%s tick %d: forecast %s, want %s", o.Meta.Zone, i, got, want)
+			}
+			checked++
+		}
+		if _, ok := fc(o.OnDemand.Key(), o.TickStart(0)); ok {
+			t.Errorf("%s: a forecast for on-demand", o.Meta.Zone)
+		}
+	}
+	if _, ok := fc("sim/nowhere/x-9z/v100/spot", mkt.Offers[0].TickStart(0)); ok {
+		t.Error("a forecast for an unknown offering")
+	}
+	t.Logf("%d forecasts checked against the series", checked)
+
+	pols, err := SelectPolicies([]string{"fleetd", "fleetd-foresight"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := runHandMade(t, dir, tr, pols, Job{Work: 40 * time.Hour, Deadline: 42 * time.Hour}, false)
+	fl, fs := sum[0], sum[1]
+	t.Logf("fleetd $%.2f (%.2f preemptions); foresight $%.2f (%.2f preemptions)", fl.MeanCost, fl.Preemptions, fs.MeanCost, fs.Preemptions)
+	if fs.Misses > 0 || fs.Preemptions >= fl.Preemptions || fs.MeanCost > fl.MeanCost {
+		t.Errorf("foresight: $%.2f, %.2f preemptions, %d misses; want at most fleetd's $%.2f and fewer than its %.2f preemptions, no miss",
+			fs.MeanCost, fs.Preemptions, fs.Misses, fl.MeanCost, fl.Preemptions)
 	}
 }
