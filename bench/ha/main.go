@@ -18,17 +18,16 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -182,19 +181,21 @@ func stopAll(servers []*server) {
 
 // clusterInfo asks one server who leads.
 func clusterInfo(s *server, token string) (api.ClusterInfo, error) {
-	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: time.Second}).Do(req)
-	if err != nil {
-		return api.ClusterInfo{}, err
+	key := s.url + " " + token
+	c, ok := clusterClients.Load(key)
+	if !ok {
+		cl, err := api.NewClient(s.url, api.ClientOptions{Token: token, Timeout: time.Second})
+		if err != nil {
+			return api.ClusterInfo{}, err
+		}
+		c, _ = clusterClients.LoadOrStore(key, cl)
 	}
-	defer resp.Body.Close()
-	var info api.ClusterInfo
-	if resp.StatusCode != http.StatusOK {
-		return info, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
-	return info, json.NewDecoder(resp.Body).Decode(&info)
+	return c.(*api.Client).Cluster(context.Background())
 }
+
+// clusterClients are clusterInfo's clients by server URL and token: one
+// connection pool per server, not one per question.
+var clusterClients sync.Map
 
 // allAnswer reports whether every server answers GET /v1/cluster.
 func allAnswer(servers []*server, token string) bool {

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -120,20 +121,21 @@ func waitServing(t *testing.T, servers []*haServer, token string) {
 
 // clusterInfo asks one server who leads.
 func clusterInfo(s *haServer, token string) (api.ClusterInfo, error) {
-	req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/cluster", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		return api.ClusterInfo{}, err
+	key := s.url + " " + token
+	c, ok := clusterClients.Load(key)
+	if !ok {
+		cl, err := api.NewClient(s.url, api.ClientOptions{Token: token, Timeout: 2 * time.Second})
+		if err != nil {
+			return api.ClusterInfo{}, err
+		}
+		c, _ = clusterClients.LoadOrStore(key, cl)
 	}
-	defer resp.Body.Close()
-	var info api.ClusterInfo
-	if resp.StatusCode != http.StatusOK {
-		return info, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
-	return info, json.NewDecoder(resp.Body).Decode(&info)
+	return c.(*api.Client).Cluster(context.Background())
 }
+
+// clusterClients are clusterInfo's clients by server URL and token: one
+// connection pool per server, not one per question.
+var clusterClients sync.Map
 
 // TestHAThreeServers runs three `fleetd serve` with embedded etcd: they
 // share one admin token and one state; one leads; the CLI talks to a

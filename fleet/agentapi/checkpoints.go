@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path"
@@ -487,12 +488,7 @@ func (a *API) CheckpointStatus(fleetName string, c *spec.Checkpoint, now time.Ti
 	if f.last.Step >= 0 {
 		out.LastStep, out.LastAt, out.Bytes, out.UploadMiBps = f.last.Step, f.last.At, f.last.Bytes, f.last.MiBps
 	}
-	names := make([]string, 0, len(f.nodes))
-	for n := range f.nodes {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(f.nodes)) {
 		st := f.nodes[n]
 		// A node that restarted knows the store's newest from its listing.
 		if st.LastStep > out.LastStep {

@@ -213,6 +213,12 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return s, c.Do(ctx, http.MethodGet, "/v1/status", nil, nil, &s)
 }
 
+// Cluster asks the server the client talks to who answers and who leads.
+func (c *Client) Cluster(ctx context.Context) (ClusterInfo, error) {
+	var i ClusterInfo
+	return i, c.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil, &i)
+}
+
 func (c *Client) Plan(ctx context.Context, req ApplyRequest) (Plan, error) {
 	var p Plan
 	return p, c.Do(ctx, http.MethodPost, "/v1/plan", nil, req, &p)

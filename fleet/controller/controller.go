@@ -18,8 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -111,12 +111,7 @@ func (c *Controller) Observe(ctx context.Context, f state.Fleet, m *Market, in *
 			provNames[n.Offering.Provider] = true
 		}
 	}
-	names := make([]string, 0, len(provNames))
-	for n := range provNames {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(provNames)) {
 		p, cfg, err := c.deps.Provider(ctx, f, name)
 		if err != nil {
 			c.log.Warn("provider unavailable", "fleet", f.Name, "provider", name, "err", err)

@@ -110,12 +110,9 @@ func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
 		errs []error
 	)
 	add := func(key string, n interruption.Notice) {
-		if w.seen[key] {
-			return
+		if n, ok := w.first(key, n); ok {
+			out = append(out, n)
 		}
-		w.seen[key] = true
-		n.Node, n.Instance = w.Node, w.Instance
-		out = append(out, n)
 	}
 
 	if w.Instance == "" {
@@ -175,9 +172,19 @@ func (w *Watcher) pollAction(ctx context.Context) ([]interruption.Notice, error)
 	if err != nil || n == nil {
 		return nil, nil
 	}
+	first, _ := w.first(key, *n) // not seen: checked above
+	return []interruption.Notice{first}, nil
+}
+
+// first marks the notice of kind key seen and stamps it with the node and
+// instance; false when a notice of that kind was returned before.
+func (w *Watcher) first(key string, n interruption.Notice) (interruption.Notice, bool) {
+	if w.seen[key] {
+		return n, false
+	}
 	w.seen[key] = true
 	n.Node, n.Instance = w.Node, w.Instance
-	return []interruption.Notice{*n}, nil
+	return n, true
 }
 
 // action reads spot/instance-action: nil without a notice.
