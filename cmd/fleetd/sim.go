@@ -43,7 +43,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	windows := fs.Int("windows", 300, "number of random start windows (ignored with -start)")
 	seed := fs.Uint64("seed", 1, "seed of the window draw")
 	zones := fs.String("zones", "", "comma-separated zones to use (default: the spec's, else every zone of the trace)")
-	policies := fs.String("policies", "", "comma-separated policies (default: all but goodput and fleetd-foresight): optimum, fleetd, up, greedy, up-1z, greedy-1z, on-demand, goodput, fleetd-foresight (a bound: knows each zone's remaining up-run)")
+	policies := fs.String("policies", "", "comma-separated policies (default: all but goodput and fleetd-foresight): optimum, fleetd, up, greedy, up-1z, greedy-1z, on-demand, goodput, fleetd-foresight (a bound: knows each zone's remaining up-run), lookahead-<duration> (a bound: the optimum's DP knowing the trace that far ahead, e.g. lookahead-2h)")
 	parallel := fs.Int("parallel", 0, "windows simulated at once (default: GOMAXPROCS)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	results := fs.Bool("results", false, "with -json, include every window's result")

@@ -154,12 +154,12 @@ func SlackValue(free, left, d time.Duration, nu float64) float64 {
 		return 0
 	}
 	n := int(max(free, 0) / d)
-	return poissonTail(nu*left.Hours(), n+2) / (nu * d.Hours())
+	return PoissonTail(nu*left.Hours(), n+2) / (nu * d.Hours())
 }
 
-// poissonTail is P(N ≥ k) for N ~ Poisson(mu), summed from k upward so
+// PoissonTail is P(N ≥ k) for N ~ Poisson(mu), summed from k upward so
 // that tiny tails keep their precision.
-func poissonTail(mu float64, k int) float64 {
+func PoissonTail(mu float64, k int) float64 {
 	if k <= 0 {
 		return 1
 	}

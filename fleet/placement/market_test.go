@@ -228,7 +228,7 @@ func TestPoissonTail(t *testing.T) {
 		{0.01, 5, 8.264185641806e-13}, // e^-0.01 · Σ 0.01^j/j! from 5: no cancellation
 		{50, 200, 0},
 	} {
-		if got := poissonTail(tt.mu, tt.k); math.Abs(got-tt.want) > 1e-9*max(tt.want, 1e-6) {
+		if got := PoissonTail(tt.mu, tt.k); math.Abs(got-tt.want) > 1e-9*max(tt.want, 1e-6) {
 			t.Errorf("P(Poisson(%v) ≥ %d) = %v, want %v", tt.mu, tt.k, got, tt.want)
 		}
 	}

@@ -53,11 +53,13 @@ type optimizer struct {
 	run    [][]int32   // [mode][tick]: consecutive available ticks from tick
 	step   [][]float64 // [mode][tick]: $ for one tick of work
 	change [][]float64 // [mode][tick]: $ for a changeover starting at tick
+	price  [][]float64 // [mode][tick]: $/h per node (the trace's, unclamped)
 	// Ring buffers of values over (c0+2) layers × band × states.
 	val    []float64
 	choice []uint8 // back-pointers, per layer band
 	base   []int   // offset of each layer in choice
 	infs   []float64
+	la     lookaheadPlanner // the lookahead planner's buffers (lookahead.go)
 }
 
 const (
@@ -76,72 +78,11 @@ func (op *optimizer) solve(offers []*sim.Offer, start time.Time, job Job, gang i
 		res.Feasible = true
 		return res, nil
 	}
-	if len(offers) > 250 {
-		return res, errors.New("optimum: more than 250 zones") // back-pointers are bytes
+	gr, err := op.tables(offers, start, job, gang, odPrice)
+	if err != nil || !gr.ok {
+		return res, err
 	}
-	g := offers[0].Series.Tick
-	for _, o := range offers {
-		if o.Series.Tick != g || o.Series.Start.Sub(offers[0].Series.Start)%g != 0 {
-			return res, errGrid
-		}
-	}
-	t0 := int(start.Sub(offers[0].Series.Start) / g)
-	if start.Sub(offers[0].Series.Start)%g != 0 {
-		return res, errGrid
-	}
-	tickH := g.Hours()
-	H := int(math.Ceil(float64(job.Deadline)/float64(g) - 1e-9))
-	wf := float64(job.Work) / float64(g)
-	W := int(math.Ceil(wf - 1e-9))
-	last := wf - float64(W-1) // fraction of the last work tick
-	cf := float64(job.Changeover) / float64(g)
-	c0 := int(math.Floor(cf + 1e-9))
-	c1 := int(math.Floor(float64(job.Changeover-job.LaunchLatency)/float64(g) + 1e-9))
-	c1 = max(min(c1, c0), 0)
-	coH := job.Changeover.Hours()
-	if H < W {
-		return res, nil
-	}
-	S := 1 + 1 + len(offers) // idle, on-demand, spot offers
-	M := S - 1               // warm modes: index m ↔ state m+1
-	span := H + c0 + 2
-
-	// Per mode and tick: availability, run lengths, prices.
-	op.avail = grow2(op.avail, M, span)
-	op.run = grow2(op.run, M, span+1)
-	op.step = grow2(op.step, M, span)
-	op.change = grow2(op.change, M, span)
-	for j := range span {
-		op.avail[0][j] = true
-		op.step[0][j] = odPrice * tickH
-		op.change[0][j] = odPrice * coH
-	}
-	for k, o := range offers {
-		m := k + 1
-		for j := range span {
-			op.avail[m][j] = o.CapacityAt(t0+j) >= gang
-			p := min(o.SpotPriceAt(t0+j), o.SpotPriceAt(t0+j+1))
-			op.step[m][j] = p * tickH * float64(gang)
-		}
-		for j := range span {
-			// A changeover from tick j covers ⌈d/g⌉ ticks of the trace.
-			p := math.Inf(1)
-			for i := j; i < j+max(int(math.Ceil(cf-1e-9)), 1); i++ {
-				p = min(p, o.SpotPriceAt(t0+i))
-			}
-			op.change[m][j] = p * coH * float64(gang)
-		}
-	}
-	for m := range M {
-		op.run[m][span] = 0
-		for j := span - 1; j >= 0; j-- {
-			if op.avail[m][j] {
-				op.run[m][j] = op.run[m][j+1] + 1
-			} else {
-				op.run[m][j] = 0
-			}
-		}
-	}
+	H, W, last, c0, c1, S, M := gr.H, gr.W, gr.last, gr.c0, gr.c1, gr.S, gr.M
 
 	lo := func(t int) int { return max(0, W-(H-t)) }
 	hi := func(t int) int { return min(t, W) }
@@ -331,15 +272,116 @@ func (op *optimizer) solve(offers []*sim.Offer, start time.Time, job Job, gang i
 		return res, nil
 	}
 	res.Feasible, res.Cost = true, best
-	op.backtrack(&res, bestT, W, bestS, c0, c1, S, lo, g, job.Changeover)
+	op.backtrack(&res, bestT, W, bestS, c0, c1, S, lo, gr.tickH, job.Changeover)
 	return res, nil
+}
+
+// grid is the DP's discretisation of one window: H ticks to the deadline,
+// W ticks of work (the last one a fraction last), changeovers of c0 ticks
+// from idle and c1 from a warm mode, S states over M warm modes.
+type grid struct {
+	ok             bool // false: the work does not fit before the deadline
+	H, W, c0, c1   int
+	S, M, span     int
+	last           float64
+	tickH, coH     float64
+	gang           float64
+	ticksPerChange int // ⌈d/g⌉: the trace ticks a changeover's price covers
+}
+
+// tables fills op's per-mode, per-tick tables of the window (mode 0 is
+// on-demand, mode k+1 the spot offer k): availability for the gang, run
+// lengths, raw prices, the price of one tick of work and of a changeover.
+func (op *optimizer) tables(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64) (grid, error) {
+	var gr grid
+	if len(offers) > 250 {
+		return gr, errors.New("optimum: more than 250 zones") // back-pointers are bytes
+	}
+	g := offers[0].Series.Tick
+	for _, o := range offers {
+		if o.Series.Tick != g || o.Series.Start.Sub(offers[0].Series.Start)%g != 0 {
+			return gr, errGrid
+		}
+	}
+	t0 := int(start.Sub(offers[0].Series.Start) / g)
+	if start.Sub(offers[0].Series.Start)%g != 0 {
+		return gr, errGrid
+	}
+	tickH := g.Hours()
+	H := int(math.Ceil(float64(job.Deadline)/float64(g) - 1e-9))
+	wf := float64(job.Work) / float64(g)
+	W := int(math.Ceil(wf - 1e-9))
+	last := wf - float64(W-1) // fraction of the last work tick
+	cf := float64(job.Changeover) / float64(g)
+	c0 := int(math.Floor(cf + 1e-9))
+	c1 := int(math.Floor(float64(job.Changeover-job.LaunchLatency)/float64(g) + 1e-9))
+	c1 = max(min(c1, c0), 0)
+	coH := job.Changeover.Hours()
+	if H < W {
+		return gr, nil // infeasible even on on-demand from the start
+	}
+	S := 1 + 1 + len(offers) // idle, on-demand, spot offers
+	M := S - 1               // warm modes: index m ↔ state m+1
+	span := H + c0 + 2
+	gr = grid{ok: true, H: H, W: W, c0: c0, c1: c1, S: S, M: M, span: span, last: last,
+		tickH: tickH, coH: coH, gang: float64(gang), ticksPerChange: max(int(math.Ceil(cf-1e-9)), 1)}
+
+	// Per mode and tick: availability, run lengths, prices.
+	op.avail = grow2(op.avail, M, span)
+	op.run = grow2(op.run, M, span+1)
+	op.step = grow2(op.step, M, span)
+	op.change = grow2(op.change, M, span)
+	op.price = grow2(op.price, M, span+1)
+	for j := range span + 1 {
+		op.price[0][j] = odPrice / float64(gang)
+	}
+	for j := range span {
+		op.avail[0][j] = true
+		op.step[0][j] = odPrice * tickH
+		op.change[0][j] = odPrice * coH
+	}
+	for k, o := range offers {
+		m := k + 1
+		for j := range span + 1 {
+			op.price[m][j] = o.SpotPriceAt(t0 + j)
+		}
+		for j := range span {
+			op.avail[m][j] = o.CapacityAt(t0+j) >= gang
+			p := min(o.SpotPriceAt(t0+j), o.SpotPriceAt(t0+j+1))
+			op.step[m][j] = p * tickH * float64(gang)
+		}
+		for j := range span {
+			// A changeover from tick j covers ⌈d/g⌉ ticks of the trace.
+			p := math.Inf(1)
+			for i := j; i < j+gr.ticksPerChange; i++ {
+				p = min(p, o.SpotPriceAt(t0+i))
+			}
+			op.change[m][j] = p * coH * float64(gang)
+		}
+	}
+	for m := range M {
+		runLengths(op.avail[m], op.run[m])
+	}
+	return gr, nil
+}
+
+// runLengths sets run[j] to the number of consecutive available ticks
+// from j (run has one entry more than avail).
+func runLengths(avail []bool, run []int32) {
+	run[len(avail)] = 0
+	for j := len(avail) - 1; j >= 0; j-- {
+		if avail[j] {
+			run[j] = run[j+1] + 1
+		} else {
+			run[j] = 0
+		}
+	}
 }
 
 // backtrack walks the back-pointers from the final state and tallies the
 // optimum's hours, restarts, migrations and forced moves (spot runs that
 // end because the zone's capacity went).
-func (op *optimizer) backtrack(res *optimumResult, t, p, s, c0, c1, S int, lo func(int) int, g time.Duration, d time.Duration) {
-	tickH := g.Hours()
+func (op *optimizer) backtrack(res *optimumResult, t, p, s, c0, c1, S int, lo func(int) int, tickH float64, d time.Duration) {
 	hours := func(s int, h float64) {
 		if s == 1 {
 			res.OnDemandHours += h

@@ -41,6 +41,20 @@ func randomMarket(t *testing.T, rng *rand.Rand, zones, ticks int) *sim.Market {
 	return m
 }
 
+// randomCase draws a small random market, a job whose deadline leaves up
+// to 3 h of slack after one changeover, and a start in its first 20 ticks.
+func randomCase(t *testing.T, rng *rand.Rand) (*sim.Market, Job, time.Time) {
+	t.Helper()
+	m := randomMarket(t, rng, 1+rng.IntN(3), 80)
+	job := Job{
+		Work:          time.Duration(10+rng.IntN(20))*10*time.Minute + time.Duration(rng.IntN(600))*time.Second,
+		Changeover:    time.Duration(5+rng.IntN(30)) * time.Minute,
+		LaunchLatency: time.Duration(rng.IntN(5)) * time.Minute,
+	}
+	job.Deadline = job.Work + job.Changeover + time.Duration(rng.IntN(20))*10*time.Minute
+	return m, job, m.Offers[0].TickStart(rng.IntN(20))
+}
+
 // bruteForce is the same discrete model solved top-down, without the
 // band, the ring buffers or the best/second-best shortcut.
 func bruteForce(offers []*sim.Offer, job Job, od float64) float64 {
@@ -120,18 +134,8 @@ func TestOptimumMatchesBruteForce(t *testing.T) {
 	var op optimizer
 	feasible := 0
 	for i := range 60 {
-		m := randomMarket(t, rng, 1+rng.IntN(3), 80)
-		job := Job{
-			Work:          time.Duration(10+rng.IntN(20))*10*time.Minute + time.Duration(rng.IntN(600))*time.Second,
-			Changeover:    time.Duration(5+rng.IntN(30)) * time.Minute,
-			LaunchLatency: time.Duration(rng.IntN(5)) * time.Minute,
-		}
-		job.Deadline = job.Work + job.Changeover + time.Duration(rng.IntN(20))*10*time.Minute
-		start := m.Offers[0].TickStart(rng.IntN(20))
-		offs := make([]*sim.Offer, len(m.Offers))
-		for k, o := range m.Offers {
-			offs[k] = o
-		}
+		m, job, start := randomCase(t, rng)
+		offs := m.Offers
 		got, err := op.solve(offs, start, job, 1, 3)
 		if err != nil {
 			t.Fatal(err)

@@ -50,6 +50,20 @@ func ForesightPolicy() Policy {
 		Description: "fleetd told every spot zone's true remaining up-run from the trace (not realizable: bounds what better interruption prediction could gain)"}
 }
 
+// LookaheadPolicy is the lookahead planner (lookahead.go) that knows the
+// trace exactly for the next h: the optimum's DP, re-solved as it goes.
+// It measures how much foresight the optimum's lead needs; h = 0 knows
+// only the present.
+func LookaheadPolicy(name string, h time.Duration) Policy {
+	return Policy{Name: name, Planner: true, Lookahead: h,
+		Description: fmt.Sprintf("the optimum's DP knowing the trace %s ahead (not realizable: measures the foresight the optimum needs)", h)}
+}
+
+// lookaheadReplan is how often the lookahead planner plans again: an
+// eighth of its lookahead (at least every tick), so that every decision
+// sees at least 7/8 of it ahead.
+func lookaheadReplan(h time.Duration) time.Duration { return h / 8 }
+
 // SelectPolicies picks policies by name from DefaultPolicies, the goodput
 // policy (GoodputPolicy) and the foresight bound (ForesightPolicy), in the
 // order given.
@@ -58,6 +72,14 @@ func SelectPolicies(names []string) ([]Policy, error) {
 	var out []Policy
 	for _, n := range names {
 		n = strings.TrimSpace(n)
+		if d, ok := strings.CutPrefix(n, "lookahead-"); ok {
+			h, err := time.ParseDuration(d)
+			if err != nil || h < 0 {
+				return nil, fmt.Errorf("policy %q: lookahead-<duration>, e.g. lookahead-2h", n)
+			}
+			out = append(out, LookaheadPolicy(n, h))
+			continue
+		}
 		found := false
 		for _, p := range all {
 			if p.Name == n {
@@ -70,6 +92,7 @@ func SelectPolicies(names []string) ([]Policy, error) {
 			for _, p := range all {
 				known = append(known, p.Name)
 			}
+			known = append(known, "lookahead-<duration>")
 			return nil, fmt.Errorf("unknown policy %q (known: %s)", n, strings.Join(known, ", "))
 		}
 	}

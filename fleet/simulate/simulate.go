@@ -71,6 +71,11 @@ type Policy struct {
 	// anyone can run, a bound on what predicting interruptions better
 	// could gain.
 	Foresight bool `json:"foresight,omitempty"`
+	// Planner replays the window with the lookahead planner
+	// (lookahead.go), which knows the trace exactly for the next
+	// Lookahead: like Foresight, a measuring tool.
+	Planner   bool          `json:"planner,omitempty"`
+	Lookahead time.Duration `json:"lookahead,omitempty"`
 }
 
 // Setup is a simulation.
@@ -336,9 +341,10 @@ func (s *Setup) window(op *optimizer, w int, start time.Time, zone string) ([]Re
 	for _, pol := range s.Policies {
 		var res Result
 		var err error
-		if pol.Optimum {
+		switch {
+		case pol.Optimum, pol.Planner:
 			res, err = s.optimum(op, pol, start)
-		} else {
+		default:
 			res, err = s.RunOne(pol, start, zone)
 		}
 		if err != nil {
@@ -382,12 +388,19 @@ func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, err
 		}
 	}
 	gang := max(s.Fleet.MaxNodes, 1)
-	o, err := op.solve(s.market.Offers, start, s.Job, gang, od*float64(gang))
+	var o optimumResult
+	var missed bool
+	var err error
+	if pol.Planner {
+		o, missed, err = op.lookahead(s.market.Offers, start, s.Job, gang, od*float64(gang), pol.Lookahead, lookaheadReplan(pol.Lookahead))
+	} else {
+		o, err = op.solve(s.market.Offers, start, s.Job, gang, od*float64(gang))
+	}
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Policy: pol.Name, Start: start, Cost: o.Cost, SpotHours: o.SpotHours * float64(gang), OnDemandHours: o.OnDemandHours * float64(gang),
-		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work}
+		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work, Missed: missed}
 	if !o.Feasible {
 		res.Cost = 0
 	}
