@@ -17,7 +17,8 @@ import (
 // of the work on the cheapest spot up now, at today's price, ended at the
 // rate the window has shown so far, with on-demand once the slack is spent
 // (spotTail). It takes the plan's first actions and meets the trace as it
-// is; a run that ends before the planner knew makes it plan again.
+// is; a start whose capacity goes during its changeover (past what the
+// planner knew) makes it plan again.
 //
 // L ≥ the deadline is the optimum itself. Between, the cost as L grows
 // tells how far ahead a policy would have to see every zone's capacity
@@ -119,8 +120,8 @@ func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, ga
 		case a.mode == s-1: // keep working
 			m := a.mode
 			if !op.avail[m][t] {
-				// The capacity went before the planner knew: plan again
-				// from here (a switch, or a stop).
+				// Not while the planner knows tick t (t ≤ k); kept so
+				// that no plan ever works on capacity that is gone.
 				next = t
 				continue
 			}
