@@ -53,16 +53,17 @@ type lookaheadPlanner struct {
 
 // lookahead replays one window with the lookahead planner; horizon is how
 // far ahead it knows the trace, every how often it plans again (at least
-// one tick).
-func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64, horizon, every time.Duration) (optimumResult, bool, error) {
+// one tick). It returns the work left undone at the deadline too (0: the
+// job finished in time).
+func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64, horizon, every time.Duration) (optimumResult, time.Duration, error) {
 	var res optimumResult
 	if job.Work <= 0 {
 		res.Feasible = true
-		return res, false, nil
+		return res, 0, nil
 	}
 	gr, err := op.tables(offers, start, job, gang, odPrice)
 	if err != nil || !gr.ok {
-		return res, false, err
+		return res, 0, err
 	}
 	g := offers[0].Series.Tick
 	hT := int(horizon / g)
@@ -151,7 +152,11 @@ func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, ga
 		}
 	}
 	res.Feasible = true
-	return res, p < W, nil
+	var undone time.Duration
+	if p < W {
+		undone = time.Duration((float64(W-p-1) + gr.last) * float64(g))
+	}
+	return res, undone, nil
 }
 
 // action is what the planner does at one tick: mode −1 waits (or stops),

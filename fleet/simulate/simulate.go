@@ -389,10 +389,10 @@ func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, err
 	}
 	gang := max(s.Fleet.MaxNodes, 1)
 	var o optimumResult
-	var missed bool
+	var undone time.Duration
 	var err error
 	if pol.Planner {
-		o, missed, err = op.lookahead(s.market.Offers, start, s.Job, gang, od*float64(gang), pol.Lookahead, lookaheadReplan(pol.Lookahead))
+		o, undone, err = op.lookahead(s.market.Offers, start, s.Job, gang, od*float64(gang), pol.Lookahead, lookaheadReplan(pol.Lookahead))
 	} else {
 		o, err = op.solve(s.market.Offers, start, s.Job, gang, od*float64(gang))
 	}
@@ -400,7 +400,7 @@ func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, err
 		return Result{}, err
 	}
 	res := Result{Policy: pol.Name, Start: start, Cost: o.Cost, SpotHours: o.SpotHours * float64(gang), OnDemandHours: o.OnDemandHours * float64(gang),
-		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work, Missed: missed}
+		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work - undone, Missed: undone > 0}
 	if !o.Feasible {
 		res.Cost = 0
 	}
