@@ -713,16 +713,11 @@ func (d *chaosDaemon) start() error {
 	found := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		var base string
+		if base, token := api.ScanDevExports(sc); token != "" {
+			d.base, d.token = base, token
+			close(found)
+		}
 		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-				base = v
-			}
-			if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-				d.base, d.token = base, v
-				close(found)
-			}
 		}
 	}()
 	select {

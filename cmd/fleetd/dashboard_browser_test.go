@@ -45,15 +45,11 @@ func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...str
 	found := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		if addr, token := api.ScanDevExports(sc); token != "" {
+			d.addr, d.token = addr, token
+			close(found)
+		}
 		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-				d.addr = v
-			}
-			if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-				d.token = v
-				close(found)
-			}
 		}
 	}()
 	go func() { d.done <- cmd.Wait() }()

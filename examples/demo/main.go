@@ -182,18 +182,8 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 			_ = daemon.Process.Kill()
 		}
 	}()
-	var base, token string
 	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-			base = v
-		}
-		if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-			token = v
-			break
-		}
-	}
+	base, token := api.ScanDevExports(sc)
 	if token == "" {
 		return fmt.Errorf("daemon did not start; see %s", logf.Name())
 	}

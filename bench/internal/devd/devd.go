@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -53,18 +52,8 @@ func Start(ctx context.Context, bin, dir string) (*Daemon, error) {
 		return nil, fmt.Errorf("start fleetd: %w", err)
 	}
 	d := &Daemon{cmd: cmd, exited: make(chan error, 1)}
-	var base, token string
 	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if v, ok := strings.CutPrefix(line, "export FLEETD_ADDR="); ok {
-			base = v
-		}
-		if v, ok := strings.CutPrefix(line, "export FLEETD_TOKEN="); ok {
-			token = v
-			break
-		}
-	}
+	base, token := api.ScanDevExports(sc)
 	go func() {
 		for sc.Scan() {
 		}
