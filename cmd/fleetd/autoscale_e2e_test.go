@@ -44,7 +44,7 @@ fleet %q {
     zones = ["local-a", "local-b"]
   }
   training {
-    command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "1000000", "--step-time", "0", "--sample-time", "0.003", "--timeout", "20"]
+    command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "1000000", "--step-time", "0", "--sample-time", "0.006", "--timeout", "20"]
     workdir        = %q
     nproc_per_node = 1
     max_restarts   = 20
