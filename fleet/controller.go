@@ -277,6 +277,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 
 	d.seedSpotHistory(ctx, rt, now)
 	in := reconcile.Input{Fleet: fl, Destroying: f.Destroying || f.Completed, Finished: f.Completed && !f.Destroying, Name: f.Name, Generation: f.Generation, DaemonID: d.daemonID,
+		Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged, NewNodeID: reconcile.NodeIDs(f.Name, f.Incarnation, nodes, state.RandomID),
 		Nodes: nodes, ObservedOK: map[string]bool{}, Records: records, Now: now, StartedAt: d.started,
 		LastScaleUp: rt.LastScaleUp, LastScaleDown: rt.LastScaleDown, Fallback: rt.Fallback,
 		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: d.params}
@@ -465,13 +466,14 @@ func (d *Daemon) flushRuntimes(ctx context.Context) {
 
 // finishDestroy forgets a destroyed fleet once nothing of it is left.
 func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.Input) error {
+	// Only this incarnation's instances hold the destroy up: another
+	// daemon's fleet of the same name, or a leftover of an earlier
+	// incarnation, is not ours to wait for (or to delete).
+	who := in.Identity()
 	for _, inst := range in.Instances {
-		if inst.State != providers.StateTerminated {
+		if inst.State != providers.StateTerminated && who.Of(inst) == reconcile.Ours {
 			return nil
 		}
-	}
-	for p := range in.ObservedOK {
-		_ = p
 	}
 	var nodes []state.Node
 	err := d.update(ctx, func(tx state.Tx) error {
@@ -484,12 +486,20 @@ func (d *Daemon) finishDestroy(ctx context.Context, name string, in reconcile.In
 				return nil
 			}
 		}
+		f, err := tx.Fleet(name)
+		if err != nil {
+			return err
+		}
+		if err := recordDestroyed(tx, f, d.now()); err != nil {
+			return err
+		}
 		if err := tx.DeleteFleet(name); err != nil {
 			return err
 		}
 		_ = tx.SetMeta(runtimeKey(name), nil)
 		_ = tx.SetMeta(spendForgottenKey(name), nil)
-		_, err = tx.AppendEvent(state.Event{Fleet: name, Type: "fleet.destroyed", Message: fmt.Sprintf("fleet %s destroyed", name)})
+		_, err = tx.AppendEvent(state.Event{Fleet: name, Incarnation: f.Incarnation, Type: "fleet.destroyed",
+			Message: fmt.Sprintf("fleet %s destroyed (incarnation %s; its events and logs stay under that id)", name, f.Incarnation)})
 		return err
 	})
 	if err != nil {

@@ -512,13 +512,14 @@ func (d *Daemon) terminateAll(ctx context.Context) {
 			if err != nil {
 				continue
 			}
+			who := reconcile.Identity{Fleet: f.Name, DaemonID: d.daemonID, Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged}
 			insts, err := p.List(ctx, cfg, map[string]string{providers.TagFleet: f.Name, providers.TagDaemonID: d.daemonID})
 			if err != nil {
 				d.log.Warn("dev shutdown: list", "fleet", f.Name, "err", err)
 				continue
 			}
 			for _, in := range insts {
-				if in.State == providers.StateTerminated {
+				if in.State == providers.StateTerminated || who.Of(in) != reconcile.Ours {
 					continue
 				}
 				if err := p.Delete(ctx, cfg, in.ID); err != nil {

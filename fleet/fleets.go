@@ -346,7 +346,7 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 
 // summary builds the API view of a fleet.
 func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetSummary, error) {
-	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
+	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Incarnation: f.Incarnation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
 	if fl != nil {
 		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
 		s.Checkpoint = d.agentAPI.CheckpointStatus(f.Name, fl.Training.Checkpoint, d.now())
@@ -390,6 +390,15 @@ func (d *Daemon) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetS
 		}
 	}
 	s.SavingsUSD = s.OnDemandEquivalentUSD - s.SpendUSD
+	h, err := readSpendHistory(tx, f.Name)
+	if err != nil {
+		return s, err
+	}
+	forgotten, err := readSpendForgotten(tx, f.Name)
+	if err != nil {
+		return s, err
+	}
+	s.SpendNameTotalUSD = h.TotalUSD + forgotten + s.SpendUSD
 	return s, nil
 }
 

@@ -41,6 +41,78 @@ func nodeSpendUSD(n state.Node, now time.Time) float64 {
 	return 0
 }
 
+// spendHistoryKey holds, per fleet name, the incarnations destroyed so
+// far and what they cost (SpendHistory JSON): a re-created fleet's spend
+// starts from 0, and the name's total counts every incarnation.
+func spendHistoryKey(fleet string) string { return "spend-history/" + fleet }
+
+// SpendHistory is what the destroyed incarnations of one fleet name cost.
+type SpendHistory struct {
+	TotalUSD float64 `json:"total_usd"`
+	// Incarnations lists the newest destroyed incarnations (at most
+	// maxIncarnationHistory); TotalUSD also counts the pruned ones.
+	Incarnations []PastIncarnation `json:"incarnations,omitempty"`
+}
+
+// PastIncarnation is one destroyed incarnation of a fleet name.
+type PastIncarnation struct {
+	ID          string    `json:"id"`
+	CreatedAt   time.Time `json:"created_at"`
+	DestroyedAt time.Time `json:"destroyed_at"`
+	SpendUSD    float64   `json:"spend_usd"`
+}
+
+const maxIncarnationHistory = 20
+
+func readSpendHistory(tx state.Tx, fleet string) (SpendHistory, error) {
+	var h SpendHistory
+	b, err := tx.Meta(spendHistoryKey(fleet))
+	if err != nil || len(b) == 0 {
+		return h, err
+	}
+	return h, json.Unmarshal(b, &h)
+}
+
+// incarnationSpend is what fleet f's current incarnation has cost at now:
+// its forgotten node records and its remaining ones.
+func incarnationSpend(tx state.Tx, f string, now time.Time) (float64, error) {
+	total, err := readSpendForgotten(tx, f)
+	if err != nil {
+		return 0, err
+	}
+	nodes, err := tx.Nodes(f)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range nodes {
+		total += nodeSpendUSD(n, now)
+	}
+	return total, nil
+}
+
+// recordDestroyed adds fleet f's current incarnation to its name's spend
+// history; call it in the transaction that deletes the fleet.
+func recordDestroyed(tx state.Tx, f state.Fleet, now time.Time) error {
+	spend, err := incarnationSpend(tx, f.Name, now)
+	if err != nil {
+		return err
+	}
+	h, err := readSpendHistory(tx, f.Name)
+	if err != nil {
+		return err
+	}
+	h.TotalUSD += spend
+	h.Incarnations = append(h.Incarnations, PastIncarnation{ID: f.Incarnation, CreatedAt: f.CreatedAt, DestroyedAt: now, SpendUSD: spend})
+	if n := len(h.Incarnations); n > maxIncarnationHistory {
+		h.Incarnations = h.Incarnations[n-maxIncarnationHistory:]
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return tx.SetMeta(spendHistoryKey(f.Name), b)
+}
+
 func readSpendForgotten(tx state.Tx, fleet string) (float64, error) {
 	b, err := tx.Meta(spendForgottenKey(fleet))
 	if err != nil || len(b) == 0 {
@@ -106,7 +178,7 @@ type opsCollector struct {
 
 func newOpsCollector(d *Daemon) *opsCollector {
 	return &opsCollector{d: d,
-		spendTotal: prometheus.NewDesc("fleetd_spend_usd_total", "What the fleet's instances have cost since it was applied, in USD (price × instance time). Unlike fleetd_spend_usd it never goes down: forgotten node records are kept in the persisted total, so rate() over it is the spend rate across restarts.", []string{"fleet"}, nil),
+		spendTotal: prometheus.NewDesc("fleetd_spend_usd_total", "What the fleet name's instances have cost, in USD (price × instance time), counting its destroyed incarnations too. Unlike fleetd_spend_usd it never goes down: forgotten node records are kept in the persisted total, so rate() over it is the spend rate across restarts.", []string{"fleet"}, nil),
 		hbAge:      prometheus.NewDesc("fleetd_heartbeat_age_max_seconds", "Age of the stalest agent heartbeat among the fleet's joined and running nodes (one series per fleet, not per node, so node churn does not add series); absent while no such node has sent one, and on an HA follower.", []string{"fleet"}, nil),
 		minNodes:   prometheus.NewDesc("fleetd_min_nodes", "The fleet's min_nodes (0 while destroying or completed).", []string{"fleet"}, nil),
 		belowMin:   prometheus.NewDesc("fleetd_below_min_nodes", "1 when fewer of the fleet's nodes are joined or running than its min_nodes, so training cannot form a round; else 0.", []string{"fleet"}, nil),
@@ -156,6 +228,12 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 			if ff.spend, err = readSpendForgotten(tx, f.Name); err != nil {
 				return err
 			}
+			// The counter is per fleet name: earlier incarnations count.
+			h, err := readSpendHistory(tx, f.Name)
+			if err != nil {
+				return err
+			}
+			ff.spend += h.TotalUSD
 			if fl, err := d.fleetSpec(f); err == nil && fl != nil && !f.Destroying && !f.Completed {
 				ff.min = fl.MinNodes
 			}

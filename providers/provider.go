@@ -15,6 +15,10 @@ const (
 	TagFleet    = "fleetd-fleet"
 	TagNodeID   = "fleetd-node"
 	TagDaemonID = "fleetd-daemon"
+	// TagIncarnation names the fleet incarnation (one apply-to-destroy
+	// life of a fleet name) an instance was launched for: a re-created
+	// fleet of the same name never adopts its predecessor's instances.
+	TagIncarnation = "fleetd-incarnation"
 )
 
 // CapacityType is how an instance is bought.
@@ -80,7 +84,9 @@ type LaunchRequest struct {
 	Tags     map[string]string `json:"tags"`
 	// IdempotencyToken makes Create safe to retry: a second Create with the
 	// same token returns the instances of the first instead of launching
-	// more (EC2 ClientToken, GCE requestId). fleetd derives it from the node id.
+	// more (EC2 ClientToken, GCE requestId). fleetd derives it from its
+	// daemon id and the node id (which carries the fleet incarnation and a
+	// random part), so it never repeats across daemons or re-created fleets.
 	IdempotencyToken string `json:"idempotency_token"`
 }
 

@@ -61,9 +61,10 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	tail := fs.Int("n", 100, "number of lines")
 	follow := fs.Bool("f", false, "keep printing new lines")
+	incarnation := fs.String("incarnation", "", "the logs of this incarnation of the fleet name (an id from `fleetd events`), or \"all\"; default: the current one")
 	rest, err := parseInterleaved(fs, args)
 	if err != nil || len(rest) < 1 || len(rest) > 2 {
-		fmt.Fprintln(stderr, "Usage: fleetd logs [-n N] [-f] FLEET [NODE]")
+		fmt.Fprintln(stderr, "Usage: fleetd logs [-n N] [-f] [-incarnation ID|all] FLEET [NODE]")
 		return exitUsage
 	}
 	c, err := cf.client()
@@ -71,6 +72,13 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, err)
 	}
 	q := url.Values{"tail": {fmt.Sprint(*tail)}}
+	switch *incarnation {
+	case "":
+	case "all":
+		q.Set("incarnation", "*")
+	default:
+		q.Set("incarnation", *incarnation)
+	}
 	if len(rest) == 2 {
 		q.Set("node", rest[1])
 	}
@@ -82,7 +90,7 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 		}
 		// The daemon keeps logs of a destroyed fleet and answers [] for a
 		// name it never saw: with no lines, make sure the fleet exists.
-		if len(lines) == 0 && last.IsZero() {
+		if len(lines) == 0 && last.IsZero() && *incarnation == "" {
 			if err := fleetExists(c, rest[0]); err != nil {
 				return exitCode(stderr, err)
 			}

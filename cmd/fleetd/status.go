@@ -121,6 +121,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 	fmt.Fprintf(tw, "Fleet:\t%s (generation %d, %s; spec %s)\n", d.Name, d.Generation, status, d.Filename)
+	if d.Incarnation != "" {
+		fmt.Fprintf(tw, "Incarnation:\t%s\n", d.Incarnation)
+	}
 	fmt.Fprintf(tw, "Nodes:\t%d/%d running%s, min %d, max %d\n", d.NodesByState["running"], d.TargetNodes, stateCounts(d.NodesByState), d.MinNodes, d.MaxNodes)
 	if sc := d.Scaling; sc != nil {
 		how := "scale = " + sc.Policy
@@ -303,9 +306,16 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	follow := fs.Bool("f", false, "follow: keep printing new events")
 	since := fs.Uint64("since", 0, "only events after this sequence number")
-	fleetName := fs.String("fleet", "", "only events of this fleet")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "Usage: fleetd events [-f] [-since N] [-fleet NAME] [-json]")
+	fleetName := fs.String("fleet", "", "only events of this fleet (or give it as the argument)")
+	incarnation := fs.String("incarnation", "", "with a fleet: the events of this incarnation of its name (an id from `fleetd status` or an earlier event), or \"all\"; default: the current one")
+	rest, err := parseInterleaved(fs, args)
+	if err == nil && len(rest) == 1 && *fleetName == "" {
+		*fleetName = rest[0]
+	} else if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("too many arguments")
+	}
+	if err != nil || (*incarnation != "" && *fleetName == "") {
+		fmt.Fprintln(stderr, "Usage: fleetd events [-f] [-since N] [-incarnation ID|all] [-json] [FLEET]")
 		return exitUsage
 	}
 	c, err := cf.client()
@@ -313,11 +323,20 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, err)
 	}
 	ctx := context.Background()
-	if *follow && *fleetName != "" {
-		// Following a name that is not a fleet would wait forever.
-		if err := fleetExists(c, *fleetName); err != nil {
-			return exitCode(stderr, err)
+	// Which incarnation's events to show: "" shows every event of the name.
+	inc := *incarnation
+	if inc == "all" {
+		inc = ""
+	} else if inc == "" && *fleetName != "" {
+		f, err := c.Fleet(ctx, *fleetName)
+		switch {
+		case err == nil:
+			inc = f.Incarnation
+		case *follow || !api.IsNotFound(err):
+			// Following a name that is not a fleet would wait forever.
+			return exitCode(stderr, unknownFleet(err, *fleetName))
 		}
+		// A destroyed fleet's name: every incarnation's events.
 	}
 	next, matched := *since, 0
 	for {
@@ -336,7 +355,7 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 			return exitCode(stderr, err)
 		}
 		for _, e := range r.Events {
-			if *fleetName != "" && e.Fleet != *fleetName {
+			if *fleetName != "" && (e.Fleet != *fleetName || (inc != "" && e.Incarnation != inc)) {
 				continue
 			}
 			matched++

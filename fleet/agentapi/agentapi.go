@@ -186,6 +186,16 @@ func (a *API) notice(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
 }
 
+// finishedMessage is the job.finished event's text; the agent's detail,
+// when it gave one, follows after a colon.
+func finishedMessage(outcome string, step int64, node, detail string) string {
+	msg := fmt.Sprintf("training job %s at step %d (reported by %s)", outcome, step, node)
+	if d := strings.TrimSpace(detail); d != "" {
+		msg += ": " + d
+	}
+	return msg
+}
+
 // logRing keeps the newest worker log lines per fleet, in memory: logs are
 // for looking at a run, not a record (the node keeps its full logs).
 type logRing struct {
@@ -208,12 +218,16 @@ func (l *logRing) add(fleet string, lines []api.LogLine) {
 	l.lines[fleet] = buf
 }
 
-func (l *logRing) get(fleet, node string, n int) []api.LogLine {
+// get returns the newest n lines of a fleet name's incarnation inc ("*":
+// every incarnation), of one node or ("") of all. The ring is per fleet
+// name, so a destroyed incarnation's lines stay reachable until newer
+// lines push them out.
+func (l *logRing) get(fleet, inc, node string, n int) []api.LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := []api.LogLine{}
 	for _, ln := range l.lines[fleet] {
-		if node == "" || ln.Node == node {
+		if (node == "" || ln.Node == node) && (inc == "*" || ln.Incarnation == inc) {
 			out = append(out, ln)
 		}
 	}
@@ -223,9 +237,23 @@ func (l *logRing) get(fleet, node string, n int) []api.LogLine {
 	return out
 }
 
-// Logs returns the newest n (0: all) kept log lines of a fleet, of one
-// node or ("") of all.
-func (a *API) Logs(fleet, node string, n int) []api.LogLine { return a.logs.get(fleet, node, n) }
+// Logs returns the newest n (0: all) kept log lines of a fleet's current
+// incarnation, of one node or ("") of all.
+func (a *API) Logs(fleet, node string, n int) []api.LogLine {
+	return a.logs.get(fleet, a.incarnation(context.Background(), fleet), node, n)
+}
+
+// incarnation is fleet's current incarnation, "" if there is none.
+func (a *API) incarnation(ctx context.Context, fleet string) string {
+	var inc string
+	_ = a.deps.View(ctx, func(tx state.Tx) error {
+		if f, err := tx.Fleet(fleet); err == nil {
+			inc = f.Incarnation
+		}
+		return nil
+	})
+	return inc
+}
 
 func (a *API) agentLogs(w http.ResponseWriter, r *http.Request) {
 	var req api.LogsRequest
@@ -233,19 +261,24 @@ func (a *API) agentLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := a.now()
+	// The node authenticated with its own record's token, so it belongs
+	// to the fleet's current incarnation.
+	inc := a.incarnation(r.Context(), r.PathValue("fleet"))
 	lines := make([]api.LogLine, 0, len(req.Lines))
 	for _, s := range req.Lines {
 		if len(s) > 4096 {
 			s = s[:4096]
 		}
-		lines = append(lines, api.LogLine{Node: r.PathValue("node"), Round: req.Round, Rank: req.Rank, Time: now, Line: s})
+		lines = append(lines, api.LogLine{Incarnation: inc, Node: r.PathValue("node"), Round: req.Round, Rank: req.Rank, Time: now, Line: s})
 	}
 	a.logs.add(r.PathValue("fleet"), lines)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // FleetLogs serves GET /v1/fleets/{fleet}/logs (an operator's route: the
-// caller mounts it behind a read token).
+// caller mounts it behind a read token). ?incarnation= picks another
+// incarnation of the name (a destroyed one's id, or "*" for all); the
+// default is the current one, or nothing for a name with no fleet.
 func (a *API) FleetLogs(w http.ResponseWriter, r *http.Request) {
 	n := 200
 	if v := r.URL.Query().Get("tail"); v != "" {
@@ -253,7 +286,14 @@ func (a *API) FleetLogs(w http.ResponseWriter, r *http.Request) {
 			n = x
 		}
 	}
-	api.WriteJSON(w, http.StatusOK, a.logs.get(r.PathValue("fleet"), r.URL.Query().Get("node"), n))
+	inc := r.URL.Query().Get("incarnation")
+	if inc == "" {
+		if inc = a.incarnation(r.Context(), r.PathValue("fleet")); inc == "" {
+			api.WriteJSON(w, http.StatusOK, []api.LogLine{})
+			return
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, a.logs.get(r.PathValue("fleet"), inc, r.URL.Query().Get("node"), n))
 }
 
 // agentBinary serves the agent for the node's architecture (?arch=, ""
@@ -313,7 +353,7 @@ func (a *API) done(w http.ResponseWriter, r *http.Request) {
 			outcome = "failed"
 		}
 		_, err = tx.AppendEvent(state.Event{Fleet: fleetName, Node: nodeID, Type: "job.finished",
-			Message: fmt.Sprintf("training job %s at step %d (reported by %s)%s", outcome, req.Step, nodeID, strings.TrimSpace(" "+req.Detail)),
+			Message: finishedMessage(outcome, req.Step, nodeID, req.Detail),
 			Data:    map[string]string{"success": strconv.FormatBool(req.Success), "step": strconv.FormatInt(req.Step, 10)}})
 		return err
 	})

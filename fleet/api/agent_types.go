@@ -61,11 +61,14 @@ type LogsRequest struct {
 
 // LogLine is one stored log line.
 type LogLine struct {
-	Node  string    `json:"node"`
-	Round int64     `json:"round"`
-	Rank  int       `json:"rank"`
-	Time  time.Time `json:"time"`
-	Line  string    `json:"line"`
+	// Incarnation is the fleet incarnation the node belonged to: a
+	// re-created fleet's logs never mix with its predecessor's.
+	Incarnation string    `json:"incarnation,omitempty"`
+	Node        string    `json:"node"`
+	Round       int64     `json:"round"`
+	Rank        int       `json:"rank"`
+	Time        time.Time `json:"time"`
+	Line        string    `json:"line"`
 }
 
 // InterruptRequest injects an interruption (local and sim providers, tests,

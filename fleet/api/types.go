@@ -216,8 +216,11 @@ type NodeInfo struct {
 
 // FleetSummary is one fleet in list and status responses.
 type FleetSummary struct {
-	Name         string         `json:"name"`
-	Generation   int64          `json:"generation"`
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
+	// Incarnation identifies this life of the fleet name (apply to
+	// destroy); events and logs of earlier ones are kept under theirs.
+	Incarnation  string         `json:"incarnation,omitempty"`
 	Destroying   bool           `json:"destroying,omitempty"`
 	MinNodes     int            `json:"min_nodes"`
 	MaxNodes     int            `json:"max_nodes"`
@@ -227,7 +230,10 @@ type FleetSummary struct {
 	// SpendUSD is what the fleet's instances have cost so far (price ×
 	// time from launch to termination); OnDemandEquivalentUSD what the same
 	// hours would have cost on demand, when known.
-	SpendUSD              float64 `json:"spend_usd"`
+	SpendUSD float64 `json:"spend_usd"`
+	// SpendNameTotalUSD is SpendUSD plus what the name's destroyed
+	// incarnations cost (fleetd_spend_usd_total counts the same).
+	SpendNameTotalUSD     float64 `json:"spend_name_total_usd,omitempty"`
 	OnDemandEquivalentUSD float64 `json:"on_demand_equivalent_usd,omitempty"`
 	// SavingsUSD is OnDemandEquivalentUSD − SpendUSD: what running on spot
 	// saved so far. Nodes whose on-demand price is not known yet count at

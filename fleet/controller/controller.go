@@ -519,11 +519,18 @@ func (c *Controller) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, 
 		ud, err = c.deps.UserData(f.Name, fl, prov)
 		if err == nil {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			who := reconcile.Identity{Fleet: f.Name, DaemonID: c.deps.DaemonID(), Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged}
 			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
-				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: n.ID,
-				Tags: map[string]string{providers.TagFleet: f.Name, providers.TagNodeID: n.ID, providers.TagDaemonID: c.deps.DaemonID()},
+				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: who.Token(n.ID), Tags: who.Tags(n.ID),
 			})
 			cancel()
+			if err == nil {
+				// Never record an instance this incarnation does not own,
+				// even if the provider answered the token with one.
+				if err = who.CheckLaunched(n.ID, created); err != nil {
+					created = nil
+				}
+			}
 		}
 		c.deps.CountProviderCall(l.Offering.Provider, "create", l.Offering.Region, cfg, err)
 	}

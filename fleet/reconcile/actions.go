@@ -154,5 +154,8 @@ const (
 	AlertNoCapacity = "no-capacity"        // below min_nodes and no group can hold min_nodes
 	AlertOnDemand   = "on-demand-fallback" // a spot fleet runs on-demand nodes
 	AlertForeign    = "foreign-instance"   // an instance with this fleet's tag but another daemon id
-	AlertUnknownAge = "orphan-unknown-age" // an orphan without a launch time; never deleted automatically
+	// AlertOtherIncarnation: an instance of this daemon and fleet name but
+	// another incarnation (one a destroy left behind, or a restored state's).
+	AlertOtherIncarnation = "other-incarnation"
+	AlertUnknownAge       = "orphan-unknown-age" // an orphan without a launch time; never deleted automatically
 )

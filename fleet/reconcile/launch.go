@@ -51,6 +51,13 @@ func AfterLaunch(n state.Node, created []providers.Instance, err error, now time
 		n.Reason = "instance " + created[0].ID + " launched"
 		return LaunchResult{Node: n, Succeeded: true}
 	}
+	if isForeignLaunch(err) {
+		// Not the offering's fault: no back-off. The node's id (and so its
+		// token) is never reused, so its replacement launches afresh.
+		n.State = state.NodeFailed
+		n.Reason = err.Error()
+		return LaunchResult{Node: n}
+	}
 	var kind placement.UnavailableKind
 	switch providers.KindOf(err) {
 	case providers.KindCapacity:

@@ -118,6 +118,11 @@ type Input struct {
 	Name       string
 	Generation int64
 	DaemonID   string
+	// Incarnation is the fleet's incarnation (state.Fleet.Incarnation):
+	// instances tagged with another are never adopted, drained or
+	// deleted. LegacyUntagged also accepts instances without the tag.
+	Incarnation    string
+	LegacyUntagged bool
 	// Nodes are this fleet's node records.
 	Nodes []state.Node
 	// Instances are observed through provider List calls by fleet tag.
@@ -165,10 +170,19 @@ type Input struct {
 	// max_nodes): the deadline policy counts its slack at that speed.
 	WorkScale float64
 	// NewNodeID returns a fresh node id; it is called once per new node,
-	// in plan order. Nil uses "<fleet>-<generation>-<n>" with the first
-	// unused n.
+	// in plan order (the daemon uses NodeIDs). Nil uses
+	// "<fleet>-<generation>-<n>" with the first unused n.
 	NewNodeID func() string
 	Params    Params
+}
+
+// Identity is who this fleet's instances must belong to.
+func (in Input) Identity() Identity {
+	name := in.Name
+	if in.Fleet != nil {
+		name = in.Fleet.Name
+	}
+	return Identity{Fleet: name, DaemonID: in.DaemonID, Incarnation: in.Incarnation, LegacyUntagged: in.LegacyUntagged}
 }
 
 // Plan is the outcome of one pass.
@@ -313,9 +327,23 @@ func (pl *planner) observe() {
 		first[i] = -1
 	}
 	more := map[int][]int{}
+	who := pl.in.Identity()
 	for _, k := range order {
 		in := &insts[k]
-		if in.Tags[providers.TagFleet] != pl.name {
+		switch who.Of(*in) {
+		case OtherFleet:
+			continue
+		case OtherDaemon:
+			if !gone(*in) {
+				pl.alert(Alert{Kind: AlertForeign, Subject: in.ID,
+					Message: fmt.Sprintf("instance %s carries fleet %q but daemon id %q (this daemon is %q); not touching it", in.ID, pl.name, in.Tags[providers.TagDaemonID], who.DaemonID)})
+			}
+			continue
+		case OtherIncarnation:
+			if !gone(*in) {
+				pl.alert(Alert{Kind: AlertOtherIncarnation, Subject: in.ID,
+					Message: fmt.Sprintf("instance %s belongs to incarnation %q of fleet %q, not to the current one (%q); not touching it: delete it by hand if it is stray", in.ID, in.Tags[providers.TagIncarnation], pl.name, who.Incarnation)})
+			}
 			continue
 		}
 		i, ok := byInstance[in.ID]
@@ -673,9 +701,10 @@ func (pl *planner) orphans() {
 	}
 	for _, in := range pl.unk {
 		switch {
-		case in.Tags[providers.TagDaemonID] != pl.in.DaemonID || pl.in.DaemonID == "":
+		case pl.in.DaemonID == "":
+			// Without a daemon id of our own, nothing proves it is ours.
 			pl.alert(Alert{Kind: AlertForeign, Subject: in.ID,
-				Message: fmt.Sprintf("instance %s carries fleet %q but daemon id %q; not deleting it", in.ID, pl.name, in.Tags[providers.TagDaemonID])})
+				Message: fmt.Sprintf("instance %s carries fleet %q but this pass has no daemon id to check it against; not deleting it", in.ID, pl.name)})
 		case in.LaunchedAt.IsZero():
 			pl.alert(Alert{Kind: AlertUnknownAge, Subject: in.ID,
 				Message: fmt.Sprintf("instance %s has no node record and no launch time; delete it by hand if it is stray", in.ID)})

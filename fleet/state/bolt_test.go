@@ -532,7 +532,7 @@ func TestMigrations(t *testing.T) {
 
 	newV1 := func(t *testing.T) (path, before string) {
 		path = filepath.Join(t.TempDir(), "state.db")
-		s, err := Open(path, Options{NoSync: true})
+		s, err := open(path, Options{NoSync: true}, schema{version: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -540,6 +540,16 @@ func TestMigrations(t *testing.T) {
 		before = dump(t, s)
 		s.Close()
 		return path, before
+	}
+	// openV1 opens a file as a version-1 fleetd would: without migrating.
+	openV1 := func(t *testing.T, path string) *BoltStore {
+		t.Helper()
+		s, err := open(path, Options{NoSync: true}, schema{version: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
 	bucketExists := func(t *testing.T, s *BoltStore, name string) bool {
 		var ok bool
@@ -586,7 +596,7 @@ func TestMigrations(t *testing.T) {
 		if fi.Mode().Perm() != 0o600 {
 			t.Errorf("backup mode %v; want 0600", fi.Mode().Perm())
 		}
-		b := testOpen(t, backup, Options{NoSync: true})
+		b := openV1(t, backup)
 		if got := dump(t, b); got != before {
 			t.Errorf("backup differs from the pre-migration state:\n%s\n%s", got, before)
 		}
@@ -621,7 +631,7 @@ func TestMigrations(t *testing.T) {
 			!strings.Contains(err.Error(), path+".bak-v1") {
 			t.Fatalf("Open = %v; want the migration's error and the backup path", err)
 		}
-		s := testOpen(t, path, Options{NoSync: true})
+		s := openV1(t, path)
 		if got := dump(t, s); got != before {
 			t.Errorf("failed migration changed the data")
 		}

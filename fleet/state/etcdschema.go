@@ -22,10 +22,12 @@ type etcdMigration struct {
 	apply func(k kv) error
 }
 
-// etcdMigrations holds one entry per past layout change, in order. There
-// are no old layouts yet. A migration's writes count against etcd's
-// --max-txn-ops like any transaction's.
-var etcdMigrations []etcdMigration
+// etcdMigrations holds one entry per past layout change, in order (the
+// same changes as bbolt's migrations). A migration's writes count against
+// etcd's --max-txn-ops like any transaction's.
+var etcdMigrations = []etcdMigration{
+	{from: 1, name: "fleet incarnations", apply: migrateIncarnations},
+}
 
 // etcdSchema is the target of OpenEtcd; tests pass their own.
 type etcdSchema struct {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,7 +16,7 @@ import (
 //	    daemon_id            16 lowercase hex chars, random at creation (written by the store only)
 //	    created_at           RFC 3339 time the file was created
 //	    <other keys>         free for the daemon (Tx.SetMeta)
-//	fleets/                  fleet name → Fleet JSON
+//	fleets/                  fleet name → Fleet JSON (schema 2: with its incarnation)
 //	nodes/                   one nested bucket per fleet, deleted with the fleet
 //	    <fleet name>/        node id → Node JSON
 //	events/                  big-endian uint64 seq → Event JSON; seq comes from the
@@ -48,7 +49,10 @@ const (
 // SchemaVersion is the layout version this fleetd writes. Bump it together
 // with a new entry in migrations whenever the layout above changes in a way
 // an older fleetd could misread.
-const SchemaVersion = 1
+//
+//	1 → 2  fleets get an incarnation id (Fleet.Incarnation) and are marked
+//	       LegacyUntagged: their instances predate the incarnation tag.
+const SchemaVersion = 2
 
 // migration upgrades a state file from schema version from to from+1. It runs
 // on the raw bbolt transaction because the typed Tx only knows the current
@@ -60,9 +64,50 @@ type migration struct {
 	apply func(tx *bolt.Tx) error
 }
 
-// migrations holds one entry per past layout change, in order. There are no
-// old layouts yet.
-var migrations []migration
+// migrations holds one entry per past layout change, in order.
+var migrations = []migration{
+	{from: 1, name: "fleet incarnations", apply: func(tx *bolt.Tx) error { return migrateIncarnations(&boltKV{tx: tx}) }},
+}
+
+// migrateIncarnations gives every fleet record without one an incarnation
+// id and marks it LegacyUntagged. It edits the JSON as a map so that
+// fields this version does not know survive.
+func migrateIncarnations(k kv) error {
+	type rec struct {
+		name string
+		m    map[string]json.RawMessage
+	}
+	var todo []rec
+	err := k.scan(refFleets, "", func(name string, v []byte) (bool, error) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(v, &m); err != nil {
+			return false, fmt.Errorf("fleet %q: %w", name, err)
+		}
+		if inc, ok := m["incarnation"]; !ok || string(inc) == `""` {
+			todo = append(todo, rec{name, m})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range todo {
+		inc, err := NewIncarnation()
+		if err != nil {
+			return err
+		}
+		r.m["incarnation"], _ = json.Marshal(inc)
+		r.m["legacy_untagged"] = json.RawMessage("true")
+		b, err := json.Marshal(r.m)
+		if err != nil {
+			return err
+		}
+		if err := k.put(refFleets, r.name, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // schema is the target of Open: a version and the migrations that reach it.
 // Production code uses currentSchema; tests pass their own to exercise the

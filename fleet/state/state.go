@@ -26,7 +26,18 @@ type Fleet struct {
 	Files      map[string]string `json:"files,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Generation int64             `json:"generation"` // bumped by every PutFleet
-	Destroying bool              `json:"destroying,omitempty"`
+	// Incarnation identifies this life of the fleet name, from the apply
+	// that created it to its destroy: random, made by PutFleet for a new
+	// record, kept by every later PutFleet. Its instances carry it
+	// (providers.TagIncarnation), so a re-created fleet of the same name
+	// never adopts, drains or deletes its predecessor's.
+	Incarnation string `json:"incarnation,omitempty"`
+	// LegacyUntagged marks a fleet that existed before incarnations (the
+	// schema 1 → 2 migration): its instances launched before the upgrade
+	// carry no incarnation tag and still belong to it. New launches are
+	// tagged either way.
+	LegacyUntagged bool `json:"legacy_untagged,omitempty"`
+	Destroying     bool `json:"destroying,omitempty"`
 	// Completed is set when the training job finished; the fleet then
 	// scales to zero but stays listed with its outcome.
 	Completed   bool      `json:"completed,omitempty"`
@@ -73,13 +84,17 @@ type Node struct {
 // Event is one entry of the append-only event log. Seq is assigned by the
 // store, strictly increasing and never reused.
 type Event struct {
-	Seq     uint64            `json:"seq"`
-	Time    time.Time         `json:"time"`
-	Fleet   string            `json:"fleet,omitempty"`
-	Node    string            `json:"node,omitempty"`
-	Type    string            `json:"type"` // e.g. fleet.applied, node.transition, notice
-	Message string            `json:"message"`
-	Data    map[string]string `json:"data,omitempty"`
+	Seq   uint64    `json:"seq"`
+	Time  time.Time `json:"time"`
+	Fleet string    `json:"fleet,omitempty"`
+	// Incarnation is the fleet's incarnation when the event was written;
+	// AppendEvent fills it in for events of an existing fleet, so the
+	// history of a destroyed fleet is never shown as its successor's.
+	Incarnation string            `json:"incarnation,omitempty"`
+	Node        string            `json:"node,omitempty"`
+	Type        string            `json:"type"` // e.g. fleet.applied, node.transition, notice
+	Message     string            `json:"message"`
+	Data        map[string]string `json:"data,omitempty"`
 }
 
 // OfferingRecord is what this deployment has learned about an offering.
@@ -102,7 +117,8 @@ type Tx interface {
 	Fleet(name string) (Fleet, error)
 	Fleets() ([]Fleet, error)
 	// PutFleet stores f with Generation set to the previous generation + 1
-	// and returns the stored value.
+	// and returns the stored value. A new record gets a fresh random
+	// Incarnation (unless f names one); an existing one keeps its own.
 	PutFleet(f Fleet) (Fleet, error)
 	DeleteFleet(name string) error // also deletes its nodes
 

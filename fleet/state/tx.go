@@ -67,6 +67,9 @@ type tx struct {
 	cache *nodeCache
 	txid  int
 	nodes map[string]*nodeWrites
+	// incs caches fleet incarnations for AppendEvent; PutFleet and
+	// DeleteFleet invalidate it.
+	incs map[string]string
 }
 
 // runTx runs fn with a Tx over k; the Tx is unusable after fn returns.
@@ -193,10 +196,16 @@ func (t *tx) PutFleet(f Fleet) (Fleet, error) {
 	case err == nil:
 		f.Generation = old.Generation + 1
 		f.CreatedAt = old.CreatedAt
+		f.Incarnation, f.LegacyUntagged = old.Incarnation, old.LegacyUntagged
 	case isNotFound(err):
 		f.Generation = 1
 		if f.CreatedAt.IsZero() {
 			f.CreatedAt = now
+		}
+		if f.Incarnation == "" {
+			if f.Incarnation, err = NewIncarnation(); err != nil {
+				return Fleet{}, err
+			}
 		}
 	default:
 		return Fleet{}, err
@@ -206,6 +215,7 @@ func (t *tx) PutFleet(f Fleet) (Fleet, error) {
 	if err := t.putJSON(refFleets, f.Name, f, &stored); err != nil {
 		return Fleet{}, err
 	}
+	delete(t.incs, f.Name)
 	return stored, nil
 }
 
@@ -222,7 +232,46 @@ func (t *tx) DeleteFleet(name string) error {
 	if t.cache != nil {
 		*t.wrote(name) = nodeWrites{dropped: true, puts: map[string]*Node{}}
 	}
+	delete(t.incs, name)
 	return t.kv.del(refFleets, name)
+}
+
+// incarnation returns fleet's current incarnation ("" when there is no
+// such fleet), remembered for the rest of the transaction: a pass appends
+// many events of one fleet.
+func (t *tx) incarnation(fleet string) (string, error) {
+	if inc, ok := t.incs[fleet]; ok {
+		return inc, nil
+	}
+	f, err := t.Fleet(fleet)
+	switch {
+	case isNotFound(err):
+	case err != nil:
+		return "", err
+	}
+	if t.incs == nil {
+		t.incs = map[string]string{}
+	}
+	t.incs[fleet] = f.Incarnation
+	return f.Incarnation, nil
+}
+
+// NewIncarnation returns a fresh fleet incarnation id: 8 characters of
+// [a-z0-9] (40 random bits), short enough for node ids and cloud labels.
+func NewIncarnation() (string, error) { return RandomID(8) }
+
+// RandomID returns n random characters of [a-z0-9] minus the easily
+// confused l and o (valid in GCE names and labels, EC2 tags, file names).
+func RandomID(n int) (string, error) {
+	const alphabet = "abcdefghijkmnpqrstuvwxyz0123456789" // 34 symbols
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random id: %w", err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b), nil
 }
 
 // fleetExists is Fleet's not-found check without decoding the record.
@@ -399,6 +448,11 @@ func (t *tx) AppendEvent(e Event) (Event, error) {
 	e.Seq = seq
 	if e.Time.IsZero() {
 		e.Time = t.stamp()
+	}
+	if e.Fleet != "" && e.Incarnation == "" {
+		if e.Incarnation, err = t.incarnation(e.Fleet); err != nil {
+			return Event{}, err
+		}
 	}
 	var stored Event
 	if err := t.putJSON(refEvents, seqKey(seq), e, &stored); err != nil {
