@@ -26,7 +26,7 @@ const (
 // positionalKinds: what each command's first positional argument is.
 var positionalKinds = map[string]string{
 	"apply": argSpec, "plan": argSpec, "check": argSpec, "offerings": argSpec, "validate": argSpec, "fmt": argSpec,
-	"status": argFleet, "destroy": argFleet, "logs": argFleet, "debug interrupt": argFleet,
+	"status": argFleet, "destroy": argFleet, "logs": argFleet, "events": argFleet, "debug interrupt": argFleet,
 	"state import": argFile,
 }
 

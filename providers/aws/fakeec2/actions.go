@@ -634,6 +634,9 @@ func (s *Server) terminateInstances(r *region, p params, requestID string) (any,
 		observeLocked(in, now)
 		prev := in.state
 		s.terminateLocked(r, in, "Client.UserInitiatedShutdown", now)
+		if in.terminatedBy == "" {
+			in.terminatedBy = s.lastKey["TerminateInstances"] // set by ServeHTTP for this call
+		}
 		resp.Instances = append(resp.Instances, xmlStateChange{InstanceID: id, CurrentState: xmlStateOf(in.state), PreviousState: xmlStateOf(prev)})
 	}
 	return resp, nil

@@ -113,6 +113,9 @@ type instance struct {
 	reason                                                               string
 	launched, stateAt                                                    time.Time
 	hidden                                                               int
+	// terminatedBy is the access key id of the TerminateInstances call
+	// that ended it ("" for reclaims and other cloud-side ends).
+	terminatedBy string
 }
 
 type spotRequest struct {
@@ -411,6 +414,9 @@ type Instance struct {
 	Tags                                  map[string]string
 	ClientToken                           string
 	SpotRequestStatus                     string // status code of its spot request
+	// TerminatedBy is the access key id that terminated it through the
+	// API, so a test can tell which of several clients ended it.
+	TerminatedBy string
 }
 
 // Instances returns every instance of every region (terminated ones
@@ -434,7 +440,7 @@ func (s *Server) Instances() []Instance {
 				ID: in.id, Region: r.name, Zone: in.zone, InstanceType: in.typ, State: in.state, Market: in.market,
 				ImageID: in.imageID, SubnetID: in.subnet, KeyName: in.keyName, IamInstanceProfile: in.profile,
 				SecurityGroups: slices.Clone(in.groups), UserData: slices.Clone(in.userData),
-				Tags: map[string]string{}, ClientToken: in.token,
+				Tags: map[string]string{}, ClientToken: in.token, TerminatedBy: in.terminatedBy,
 			}
 			for k, val := range in.tags {
 				v.Tags[k] = val

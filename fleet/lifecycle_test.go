@@ -1,0 +1,541 @@
+package fleet
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
+	"github.com/fleetd/fleetd/providers/aws/fakeec2"
+)
+
+// The lifecycle model test: seeded random sequences of what operators and
+// clouds do to fleets — apply, resize, destroy, re-create a name, restart a
+// daemon, restore a daemon's state from an older backup, kill an instance,
+// send a spot notice — run by two daemons sharing one fake EC2 account
+// (which honours ClientToken) with fleets of the same names. After every
+// step, once the daemons have settled, the invariants of fleet identity
+// must hold (see checkLifecycle). A failure prints the seed and the steps
+// so far; -lifecycle.seed=S -lifecycle.seqs=1 replays it.
+var (
+	lifecycleSeqs  = flag.Int("lifecycle.seqs", 0, "lifecycle model test: sequences (0: 3, or 12 with FLEETD_CHAOS_LONG=1)")
+	lifecycleSteps = flag.Int("lifecycle.steps", 0, "lifecycle model test: steps per sequence (0: 20, or 40 with FLEETD_CHAOS_LONG=1)")
+	lifecycleSeed  = flag.Uint64("lifecycle.seed", 0, "lifecycle model test: seed of the first sequence (0: from the clock, printed)")
+)
+
+func TestLifecycleModel(t *testing.T) {
+	seqs, steps := 3, 20
+	if os.Getenv("FLEETD_CHAOS_LONG") == "1" {
+		seqs, steps = 12, 40
+	}
+	if *lifecycleSeqs > 0 {
+		seqs = *lifecycleSeqs
+	}
+	if *lifecycleSteps > 0 {
+		steps = *lifecycleSteps
+	}
+	seed := *lifecycleSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano() % 1e6)
+	}
+	var total lifecycleFigures
+	for i := range seqs {
+		s := seed + uint64(i)
+		var f lifecycleFigures
+		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { f = runLifecycle(t, s, steps) })
+		total.add(f)
+		if t.Failed() {
+			break
+		}
+	}
+	t.Logf("lifecycle model: %d sequences from seed %d, %d steps (%s), %d invariant checks, %d instances launched, %d node ids, %d incarnations",
+		seqs, seed, total.steps, total.opSummary(), total.checks, total.instances, total.nodeIDs, total.incarnations)
+}
+
+type lifecycleFigures struct {
+	steps, checks, instances, nodeIDs, incarnations int
+	ops                                             map[string]int
+}
+
+func (f *lifecycleFigures) add(g lifecycleFigures) {
+	f.steps += g.steps
+	f.checks += g.checks
+	f.instances += g.instances
+	f.nodeIDs += g.nodeIDs
+	f.incarnations += g.incarnations
+	if f.ops == nil {
+		f.ops = map[string]int{}
+	}
+	for k, v := range g.ops {
+		f.ops[k] += v
+	}
+}
+
+func (f lifecycleFigures) opSummary() string {
+	keys := make([]string, 0, len(f.ops))
+	for k := range f.ops {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, f.ops[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// lcDaemon is one daemon of the model: its data dir outlives restarts.
+type lcDaemon struct {
+	name   string
+	dir    string
+	backup string // a copy of state.db taken by a "backup" step
+	td     *testDaemon
+	id     string
+}
+
+type lifecycle struct {
+	t      *testing.T
+	ec2    *fakeec2.Server
+	url    string
+	ds     []*lcDaemon
+	r      *rand.Rand
+	log    []string
+	fig    lifecycleFigures
+	params reconcile.Params
+
+	// What the whole run has seen, for the invariants that span steps.
+	nodeInc   map[string]string    // daemon/fleet/node → incarnation that minted it
+	nodeBorn  map[string]time.Time // daemon/fleet/node → record CreatedAt
+	incs      map[string]bool      // daemon/fleet/incarnation
+	spend     map[string]float64   // daemon/fleet → last fleetd_spend_usd_total
+	instances map[string]bool
+}
+
+const lcSpec = `
+fleet %q {
+  min_nodes = %d
+  max_nodes = %d
+  node {
+    gpus      = 1
+    gpu_types = ["V100"]
+  }
+  placement {
+    colocate = "region"
+    # Notices and deaths back spot zones off; on-demand keeps the model
+    # at its size instead of waiting out the back-off.
+    on_demand_fallback = "after 1s below min_nodes"
+  }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = ["p3.2xlarge"]
+    image          = "ami-0123456789abcdef0"
+    endpoint       = %q
+    profile        = %q
+  }
+  training {
+    command     = ["python3", "train.py"]
+    drain_grace = "1s"
+  }
+}`
+
+var lcFleets = []string{"demo", "exp"}
+
+func runLifecycle(t *testing.T, seed uint64, steps int) lifecycleFigures {
+	awsTestEnv(t)
+	creds := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(creds, []byte("[daemonA]\naws_access_key_id = AKIAFLEETDDAEMONA000\naws_secret_access_key = a\n"+
+		"[daemonB]\naws_access_key_id = AKIAFLEETDDAEMONB000\naws_secret_access_key = b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	srv := httptest.NewServer(ec2)
+	t.Cleanup(srv.Close)
+	lc := &lifecycle{t: t, ec2: ec2, url: srv.URL, r: rand.New(rand.NewPCG(seed, 0x11fe)),
+		// Instances a restored state does not know are deleted after
+		// the orphan grace: short, so a step settles in seconds.
+		params:  reconcile.Params{OrphanGrace: time.Second},
+		nodeInc: map[string]string{}, nodeBorn: map[string]time.Time{}, incs: map[string]bool{},
+		spend: map[string]float64{}, instances: map[string]bool{},
+		fig: lifecycleFigures{ops: map[string]int{}}}
+	for _, n := range []string{"A", "B"} {
+		d := &lcDaemon{name: n, dir: t.TempDir()}
+		lc.start(d)
+		lc.ds = append(lc.ds, d)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d, steps:\n  %s", seed, strings.Join(lc.log, "\n  "))
+		}
+	})
+	for i := range steps {
+		op := lc.step()
+		lc.log = append(lc.log, fmt.Sprintf("%d: %s", i+1, op))
+		lc.fig.steps++
+		lc.settle()
+		lc.check()
+		if t.Failed() {
+			break
+		}
+	}
+	// Destroy everything: nothing may be left behind.
+	for _, d := range lc.ds {
+		for _, name := range lc.fleets(d) {
+			lc.destroy(d, name)
+		}
+	}
+	lc.settle()
+	lc.check()
+	if live := lc.ec2.Live(); len(live) != 0 {
+		t.Errorf("%d instances live after every fleet was destroyed: %v", len(live), live)
+	}
+	for _, in := range lc.ec2.Instances() {
+		lc.instances[in.ID] = true
+	}
+	lc.fig.instances = len(lc.instances)
+	lc.fig.nodeIDs = len(lc.nodeInc)
+	lc.fig.incarnations = len(lc.incs)
+	return lc.fig
+}
+
+// spec is a fleet of size nodes for daemon d, which calls EC2 with its own
+// access key (its credentials profile) so EC2 can say who terminated what.
+func (lc *lifecycle) spec(d *lcDaemon, name string, size int) string {
+	return fmt.Sprintf(lcSpec, name, size, size, lc.url, "daemon"+d.name)
+}
+
+func (lc *lifecycle) start(d *lcDaemon) {
+	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
+	d.td = launchTestDaemon(lc.t, d.dir, staticProviders{awsprov.Name: prov}, nil, Options{Params: lc.params})
+	d.id = d.td.DaemonID()
+}
+
+// step picks and performs one operation, returning its description.
+func (lc *lifecycle) step() string {
+	ctx := context.Background()
+	d := lc.ds[lc.r.IntN(len(lc.ds))]
+	name := lcFleets[lc.r.IntN(len(lcFleets))]
+	exists := slices.Contains(lc.fleets(d), name)
+	var op, what string
+	switch k := lc.r.IntN(100); {
+	case k < 30 || !exists && k < 55:
+		size := 1 + lc.r.IntN(3)
+		op, what = "apply", fmt.Sprintf("daemon %s applies %s with %d nodes", d.name, name, size)
+		if _, err := d.td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, size)}); err != nil {
+			lc.t.Fatalf("%s: %v", what, err)
+		}
+	case k < 45 && exists:
+		op, what = "destroy", fmt.Sprintf("daemon %s destroys %s", d.name, name)
+		lc.destroy(d, name)
+	case k < 55 && exists:
+		// Destroy and apply at once: the report that opened this work.
+		op, what = "recreate", fmt.Sprintf("daemon %s destroys %s and applies it again", d.name, name)
+		lc.destroy(d, name)
+		waitFor(lc.t, what+": destroy", 30*time.Second, func() bool { return !slices.Contains(lc.fleets(d), name) })
+		if _, err := d.td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, 2)}); err != nil {
+			lc.t.Fatalf("%s: %v", what, err)
+		}
+	case k < 63:
+		op, what = "restart", fmt.Sprintf("daemon %s restarts", d.name)
+		d.td.stop()
+		lc.start(d)
+	case k < 70:
+		op, what = "backup", fmt.Sprintf("daemon %s's state is backed up", d.name)
+		d.td.stop()
+		d.backup = filepath.Join(lc.t.TempDir(), "state.db")
+		copyFile(lc.t, filepath.Join(d.dir, "state.db"), d.backup)
+		lc.start(d)
+	case k < 76 && d.backup != "":
+		op, what = "restore", fmt.Sprintf("daemon %s's state is restored from its older backup", d.name)
+		d.td.stop()
+		copyFile(lc.t, d.backup, filepath.Join(d.dir, "state.db"))
+		lc.start(d)
+		lc.clearStrays(d)
+		// Spend figures go back with the state: start counting again.
+		for k := range lc.spend {
+			if strings.HasPrefix(k, d.id+"/") {
+				delete(lc.spend, k)
+			}
+		}
+	default:
+		live := lc.ec2.Live()
+		if len(live) == 0 {
+			op, what = "idle", "nothing runs"
+			break
+		}
+		in := live[lc.r.IntN(len(live))]
+		if lc.r.IntN(2) == 0 || in.Market != "spot" { // on-demand gets no notice
+			op, what = "kill", fmt.Sprintf("instance %s (%s/%s) dies", in.ID, in.Tags[providers.TagDaemonID], in.Tags[providers.TagNodeID])
+			if err := lc.ec2.Reclaim(in.ID); err != nil {
+				lc.t.Fatal(err)
+			}
+		} else {
+			op, what = "notice", fmt.Sprintf("instance %s (%s/%s) gets a spot interruption notice", in.ID, in.Tags[providers.TagDaemonID], in.Tags[providers.TagNodeID])
+			if err := lc.ec2.InterruptSpot(in.ID, 300*time.Millisecond); err != nil {
+				lc.t.Fatal(err)
+			}
+		}
+	}
+	lc.fig.ops[op]++
+	return what
+}
+
+// clearStrays plays the operator after a restore: the restored state does
+// not know the incarnations created after the backup, and the daemon never
+// touches an incarnation it does not own. Where the fleet name still
+// exists, the daemon must name each such instance in an other-incarnation
+// alert; the operator then deletes them by hand (as docs/security.md says).
+func (lc *lifecycle) clearStrays(d *lcDaemon) {
+	cur := map[string]string{}
+	_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
+		fs, err := tx.Fleets()
+		for _, f := range fs {
+			cur[f.Name] = f.Incarnation
+		}
+		return err
+	})
+	for _, in := range lc.ec2.Live() {
+		name, inc := in.Tags[providers.TagFleet], in.Tags[providers.TagIncarnation]
+		if in.Tags[providers.TagDaemonID] != d.id || cur[name] == inc {
+			continue
+		}
+		if _, known := cur[name]; known {
+			waitFor(lc.t, "an other-incarnation alert for "+in.ID, 15*time.Second, func() bool {
+				f, err := d.td.client.Fleet(context.Background(), name)
+				return err == nil && slices.ContainsFunc(f.Alerts, func(a api.AlertInfo) bool {
+					return a.Kind == reconcile.AlertOtherIncarnation && a.Subject == in.ID
+				})
+			})
+		}
+		if err := lc.ec2.Reclaim(in.ID); err != nil {
+			lc.t.Fatal(err)
+		}
+		lc.fig.ops["stray deleted by hand"]++
+	}
+}
+
+func (lc *lifecycle) destroy(d *lcDaemon, name string) {
+	if _, err := d.td.client.Destroy(context.Background(), name); err != nil && !api.IsNotFound(err) {
+		lc.t.Fatalf("daemon %s destroy %s: %v", d.name, name, err)
+	}
+}
+
+func (lc *lifecycle) fleets(d *lcDaemon) []string {
+	var names []string
+	_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
+		fs, err := tx.Fleets()
+		for _, f := range fs {
+			names = append(names, f.Name)
+		}
+		return err
+	})
+	return names
+}
+
+// settled reports whether every daemon has reached what it was asked
+// for: each fleet at its size with launched instances and nothing in
+// flight, destroyed fleets gone, and every live instance accounted for
+// by a node record of its own daemon and incarnation.
+func (lc *lifecycle) settled() (bool, string) {
+	recorded := map[string]bool{}
+	for _, d := range lc.ds {
+		var fleets []state.Fleet
+		var nodes = map[string][]state.Node{}
+		err := d.td.Store().View(context.Background(), func(tx state.Tx) error {
+			var err error
+			if fleets, err = tx.Fleets(); err != nil {
+				return err
+			}
+			for _, f := range fleets {
+				if nodes[f.Name], err = tx.Nodes(f.Name); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, f := range fleets {
+			if f.Destroying {
+				return false, fmt.Sprintf("daemon %s: %s still destroying", d.name, f.Name)
+			}
+			fl, err := d.td.fleetSpec(f)
+			if err != nil {
+				return false, err.Error()
+			}
+			up := 0
+			for _, n := range nodes[f.Name] {
+				switch n.State {
+				case state.NodeBooting:
+					if n.InstanceID != "" {
+						up++
+						recorded[n.InstanceID] = true
+					}
+				case state.NodeRequested, state.NodeProvisioning, state.NodeDraining, state.NodeTerminating:
+					return false, fmt.Sprintf("daemon %s: node %s %s", d.name, n.ID, n.State)
+				}
+			}
+			// More is fine: shrinking is rate-limited (scale-down cooldown),
+			// and sizes are not what this model checks.
+			if up < fl.TargetNodes() {
+				return false, fmt.Sprintf("daemon %s: %s has %d of %d nodes", d.name, f.Name, up, fl.TargetNodes())
+			}
+		}
+	}
+	for _, in := range lc.ec2.Live() {
+		if !recorded[in.ID] {
+			return false, fmt.Sprintf("instance %s (%v) is live but no booting node holds it", in.ID, in.Tags)
+		}
+	}
+	return true, ""
+}
+
+func (lc *lifecycle) settle() {
+	lc.t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		ok, why := lc.settled()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			lc.t.Fatalf("not settled after 45s: %s", why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// check asserts the identity invariants.
+func (lc *lifecycle) check() {
+	t := lc.t
+	t.Helper()
+	ec2 := map[string]fakeec2.Instance{}
+	keyOf := map[string]string{} // daemon id → its access key id
+	for _, d := range lc.ds {
+		keyOf[d.id] = "AKIAFLEETDDAEMON" + d.name + "000"
+	}
+	for _, in := range lc.ec2.Instances() {
+		ec2[in.ID] = in
+		// Only its own daemon ever terminates an instance.
+		if in.TerminatedBy != "" && in.TerminatedBy != keyOf[in.Tags[providers.TagDaemonID]] {
+			t.Errorf("instance %s of daemon %s was terminated with key %s", in.ID, in.Tags[providers.TagDaemonID], in.TerminatedBy)
+		}
+		// A launch token belongs to exactly one node of one daemon: the
+		// instance it was answered with is tagged for that node.
+		want := awsprov.ClientToken(in.Tags[providers.TagDaemonID] + "." + in.Tags[providers.TagNodeID])
+		if in.ClientToken != want {
+			t.Errorf("instance %s has token %q; its tags %v say %q", in.ID, in.ClientToken, in.Tags, want)
+		}
+	}
+	lc.fig.checks++
+	for _, d := range lc.ds {
+		var fleets []state.Fleet
+		nodes := map[string][]state.Node{}
+		_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
+			fleets, _ = tx.Fleets()
+			for _, f := range fleets {
+				nodes[f.Name], _ = tx.Nodes(f.Name)
+			}
+			return nil
+		})
+		for _, f := range fleets {
+			lc.incs[d.id+"/"+f.Name+"/"+f.Incarnation] = true
+			for _, n := range nodes[f.Name] {
+				key := d.id + "/" + f.Name + "/" + n.ID
+				// No node id minted twice, nor carried into another incarnation.
+				if inc, seen := lc.nodeInc[key]; seen && inc != f.Incarnation {
+					t.Errorf("daemon %s: node id %s of incarnation %s reappears in incarnation %s", d.name, n.ID, inc, f.Incarnation)
+				}
+				if born, seen := lc.nodeBorn[key]; seen && !born.Equal(n.CreatedAt) {
+					t.Errorf("daemon %s: node id %s minted twice (%v and %v)", d.name, n.ID, born, n.CreatedAt)
+				}
+				lc.nodeInc[key], lc.nodeBorn[key] = f.Incarnation, n.CreatedAt
+				if !strings.HasPrefix(n.ID, f.Name+"-"+f.Incarnation+"-") {
+					t.Errorf("daemon %s: node id %s does not carry incarnation %s", d.name, n.ID, f.Incarnation)
+				}
+				// No instance adopted across daemons or incarnations.
+				if n.InstanceID == "" {
+					continue
+				}
+				in, ok := ec2[n.InstanceID]
+				if !ok {
+					t.Errorf("daemon %s: node %s records instance %s that EC2 never launched", d.name, n.ID, n.InstanceID)
+					continue
+				}
+				if in.Tags[providers.TagDaemonID] != d.id || in.Tags[providers.TagIncarnation] != f.Incarnation || in.Tags[providers.TagNodeID] != n.ID {
+					t.Errorf("daemon %s incarnation %s: node %s holds instance %s tagged %v", d.name, f.Incarnation, n.ID, n.InstanceID, in.Tags)
+				}
+			}
+		}
+		// Events: a node's events name the incarnation that minted it.
+		evs, err := d.td.client.Events(context.Background(), 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Events {
+			if e.Fleet == "" || e.Node == "" {
+				continue
+			}
+			if !strings.HasPrefix(e.Node, e.Fleet+"-"+e.Incarnation+"-") {
+				t.Errorf("daemon %s: event %d (%s, node %s) attributed to incarnation %q", d.name, e.Seq, e.Type, e.Node, e.Incarnation)
+			}
+		}
+		// Spend per fleet name never goes down (a restore resets the baseline).
+		for name, v := range spendTotals(t, d.td) {
+			key := d.id + "/" + name
+			if prev, ok := lc.spend[key]; ok && v+1e-9 < prev {
+				t.Errorf("daemon %s: fleetd_spend_usd_total{fleet=%q} went down from %.9f to %.9f", d.name, name, prev, v)
+			}
+			lc.spend[key] = v
+		}
+	}
+}
+
+// spendTotals reads fleetd_spend_usd_total per fleet from a daemon's registry.
+func spendTotals(t *testing.T, td *testDaemon) map[string]float64 {
+	t.Helper()
+	mfs, err := td.metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetd_spend_usd_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "fleet" {
+					out[lp.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
