@@ -159,6 +159,11 @@ func (d *Daemon) plan(tx state.Tx, file *spec.File) (api.Plan, error) {
 		switch {
 		case errors.Is(err, state.ErrNotFound):
 			fp.Action = api.ActionCreate
+			if note, err := recreateNote(tx, fl); err != nil {
+				return p, err
+			} else if note != "" {
+				fp.Notes = append(fp.Notes, note)
+			}
 		case err != nil:
 			return p, err
 		default:
@@ -192,6 +197,26 @@ func (d *Daemon) plan(tx state.Tx, file *spec.File) (api.Plan, error) {
 		p.Fleets = append(p.Fleets, fp)
 	}
 	return p, nil
+}
+
+// recreateNote tells the user applying a name that had earlier
+// incarnations what carries over: nothing of the fleet (nodes, events,
+// logs, spend start afresh) but the checkpoint store, which is theirs.
+func recreateNote(tx state.Tx, fl *spec.Fleet) (string, error) {
+	h, err := readSpendHistory(tx, fl.Name)
+	if err != nil || len(h.Incarnations) == 0 {
+		return "", err
+	}
+	last := h.Incarnations[len(h.Incarnations)-1]
+	note := fmt.Sprintf("a new incarnation of %q (the last one, %s, was destroyed %s): nodes, events, logs and spend start afresh; the earlier ones stay under their ids (fleetd events -incarnation %s %s)",
+		fl.Name, last.ID, last.DestroyedAt.UTC().Format(time.RFC3339), last.ID, fl.Name)
+	switch ck := fl.Training.Checkpoint; {
+	case ck != nil && ck.Store != "":
+		note += fmt.Sprintf("; workers resume from the newest checkpoint in %s, which the store keeps across incarnations", ck.Store)
+	case ck != nil:
+		note += fmt.Sprintf("; with no checkpoint store, workers resume only if %s is storage the new nodes share with the old ones", ck.Dir)
+	}
+	return note, nil
 }
 
 // live reports whether a node in state s counts toward the fleet's size.

@@ -70,6 +70,13 @@ func TestDestroyThenApplyIsANewIncarnation(t *testing.T) {
 		return api.IsNotFound(err)
 	})
 	since := lastSeq(t, td)
+	plan, err := td.client.Plan(ctx, api.ApplyRequest{Filename: "train.hcl", Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(plan.Fleets[0].Notes, "\n"); !strings.Contains(notes, "new incarnation") || !strings.Contains(notes, first.Incarnation) {
+		t.Errorf("plan notes do not say the fleet is a new incarnation of %s:\n%s", first.Incarnation, notes)
+	}
 	second := apply()
 	if second.Incarnation == "" || second.Incarnation == first.Incarnation {
 		t.Fatalf("incarnation %q after re-create; first was %q", second.Incarnation, first.Incarnation)

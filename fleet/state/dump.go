@@ -19,7 +19,7 @@ import (
 // backend for the same content, so a copy can be checked by comparing
 // dumps byte for byte:
 //
-//	{"format":"fleetd-state","version":1,"schema_version":1}
+//	{"format":"fleetd-state","version":1,"schema_version":2}
 //	{"kind":"meta","key":"created_at","text":"2026-03-04T05:06:07Z"}    (or "base64" for binary values)
 //	{"kind":"fleet","key":"bert","value":{…Fleet…}}
 //	{"kind":"node","fleet":"bert","key":"n1","value":{…Node…}}
