@@ -73,7 +73,7 @@ func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
-	cfg.AgentDir = opts.Config.AgentDir
+	cfg.AgentDir, cfg.Cluster = opts.Config.AgentDir, opts.Config.Cluster
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/state/etcdtest"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
@@ -54,7 +56,10 @@ func TestLifecycleModel(t *testing.T) {
 	for i := range seqs {
 		s := seed + uint64(i)
 		var f lifecycleFigures
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { f = runLifecycle(t, s, steps) })
+		// Every other sequence adds a third daemon: two servers on etcd
+		// whose leader fails over.
+		ha := i%2 == 1 && !testing.Short()
+		t.Run(fmt.Sprintf("seed=%d,ha=%v", s, ha), func(t *testing.T) { f = runLifecycle(t, s, steps, ha) })
 		total.add(f)
 		if t.Failed() {
 			break
@@ -97,12 +102,18 @@ func (f lifecycleFigures) opSummary() string {
 }
 
 // lcDaemon is one daemon of the model: its data dir outlives restarts.
+// A clustered one is two servers on one etcd (one daemon id); td is its
+// leader.
 type lcDaemon struct {
 	name   string
 	dir    string
 	backup string // a copy of state.db taken by a "backup" step
 	td     *testDaemon
 	id     string
+
+	cluster *cluster.Config
+	servers []*testDaemon
+	dirs    []string
 }
 
 type lifecycle struct {
@@ -152,11 +163,12 @@ fleet %q {
 
 var lcFleets = []string{"demo", "exp"}
 
-func runLifecycle(t *testing.T, seed uint64, steps int) lifecycleFigures {
+func runLifecycle(t *testing.T, seed uint64, steps int, withHA bool) lifecycleFigures {
 	awsTestEnv(t)
 	creds := filepath.Join(t.TempDir(), "credentials")
 	if err := os.WriteFile(creds, []byte("[daemonA]\naws_access_key_id = AKIAFLEETDDAEMONA000\naws_secret_access_key = a\n"+
-		"[daemonB]\naws_access_key_id = AKIAFLEETDDAEMONB000\naws_secret_access_key = b\n"), 0o600); err != nil {
+		"[daemonB]\naws_access_key_id = AKIAFLEETDDAEMONB000\naws_secret_access_key = b\n"+
+		"[daemonC]\naws_access_key_id = AKIAFLEETDDAEMONC000\naws_secret_access_key = c\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
@@ -175,6 +187,18 @@ func runLifecycle(t *testing.T, seed uint64, steps int) lifecycleFigures {
 	for _, n := range []string{"A", "B"} {
 		d := &lcDaemon{name: n, dir: t.TempDir()}
 		lc.start(d)
+		lc.ds = append(lc.ds, d)
+	}
+	if withHA {
+		// C: two servers on one etcd, with leader failovers.
+		ec := etcdtest.StartCluster(t, 1)
+		d := &lcDaemon{name: "C", cluster: &cluster.Config{Prefix: fmt.Sprintf("/lifecycle-%d/", seed), SessionTTL: "1s",
+			Etcd: &cluster.EtcdConfig{Endpoints: ec.Endpoints()}}}
+		d.servers, d.dirs = make([]*testDaemon, 2), []string{t.TempDir(), t.TempDir()}
+		for i := range d.servers {
+			lc.startServer(d, i)
+		}
+		lc.leader(d)
 		lc.ds = append(lc.ds, d)
 	}
 	t.Cleanup(func() {
@@ -219,9 +243,52 @@ func (lc *lifecycle) spec(d *lcDaemon, name string, size int) string {
 }
 
 func (lc *lifecycle) start(d *lcDaemon) {
+	if d.cluster != nil {
+		for i, td := range d.servers {
+			td.stop()
+			lc.startServer(d, i)
+		}
+		lc.leader(d)
+		return
+	}
 	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
 	d.td = launchTestDaemon(lc.t, d.dir, staticProviders{awsprov.Name: prov}, nil, Options{Params: lc.params})
 	d.id = d.td.DaemonID()
+}
+
+// startServer starts server i of a clustered daemon.
+func (lc *lifecycle) startServer(d *lcDaemon, i int) {
+	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
+	cfg := *d.cluster
+	cfg.Name = fmt.Sprintf("c%d", i+1)
+	d.servers[i] = launchTestDaemon(lc.t, d.dirs[i], staticProviders{awsprov.Name: prov}, nil,
+		Options{Params: lc.params, Config: Config{Cluster: &cfg}})
+}
+
+// leader waits for a clustered daemon's leader and makes it d.td.
+func (lc *lifecycle) leader(d *lcDaemon) {
+	waitFor(lc.t, "a leader of daemon "+d.name, 30*time.Second, func() bool {
+		for _, td := range d.servers {
+			if td.cl != nil && td.cl.isLeader() {
+				d.td = td
+				return true
+			}
+		}
+		return false
+	})
+	d.id = d.td.DaemonID()
+}
+
+// failover stops a clustered daemon's leader and starts it again as a
+// follower; the other server takes over.
+func (lc *lifecycle) failover(d *lcDaemon) {
+	for i, td := range d.servers {
+		if td == d.td {
+			td.stop()
+			lc.startServer(d, i)
+		}
+	}
+	lc.leader(d)
 }
 
 // step picks and performs one operation, returning its description.
@@ -249,17 +316,20 @@ func (lc *lifecycle) step() string {
 		if _, err := d.td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, 2)}); err != nil {
 			lc.t.Fatalf("%s: %v", what, err)
 		}
+	case k < 70 && d.cluster != nil:
+		op, what = "failover", fmt.Sprintf("daemon %s's leader stops and comes back as a follower", d.name)
+		lc.failover(d)
 	case k < 63:
 		op, what = "restart", fmt.Sprintf("daemon %s restarts", d.name)
 		d.td.stop()
 		lc.start(d)
-	case k < 70:
+	case k < 70 && d.cluster == nil:
 		op, what = "backup", fmt.Sprintf("daemon %s's state is backed up", d.name)
 		d.td.stop()
 		d.backup = filepath.Join(lc.t.TempDir(), "state.db")
 		copyFile(lc.t, filepath.Join(d.dir, "state.db"), d.backup)
 		lc.start(d)
-	case k < 76 && d.backup != "":
+	case k < 76 && d.backup != "" && d.cluster == nil:
 		op, what = "restore", fmt.Sprintf("daemon %s's state is restored from its older backup", d.name)
 		d.td.stop()
 		copyFile(lc.t, d.backup, filepath.Join(d.dir, "state.db"))

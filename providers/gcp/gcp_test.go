@@ -546,3 +546,33 @@ func TestMachineArch(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoDaemonsSameNodeIDInOneProject: two daemons whose fleets share a
+// name (and even a node id) launch in one project. Their tokens differ
+// (fleetd puts the daemon id in them), so the instance names differ and
+// each gets its own instance; neither adopts the other's.
+func TestTwoDaemonsSameNodeIDInOneProject(t *testing.T) {
+	f, cfg := newFake(t, fakegce.Options{}, nil)
+	p := newProvider()
+	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
+	var ids []string
+	for _, daemon := range []string{"d1", "d2"} {
+		req := launchReq(off, "demo-k3v9x2ab-1-7fqa")
+		req.Tags[providers.TagDaemonID] = daemon
+		req.IdempotencyToken = daemon + ".demo-k3v9x2ab-1-7fqa"
+		ins, err := p.Create(ctxT(t), cfg, req)
+		if err != nil || len(ins) != 1 {
+			t.Fatalf("daemon %s: Create = %v, %v", daemon, ins, err)
+		}
+		if got := ins[0].Tags[providers.TagDaemonID]; got != daemon {
+			t.Errorf("daemon %s got an instance tagged for %q", daemon, got)
+		}
+		ids = append(ids, ins[0].ID)
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("both daemons got instance %s", ids[0])
+	}
+	if n := f.Stats().InstancesCreated; n != 2 {
+		t.Errorf("%d instances created, want 2", n)
+	}
+}
