@@ -180,7 +180,9 @@ func runLifecycle(t *testing.T, seed uint64, steps int, withHA bool) lifecycleFi
 	lc := &lifecycle{t: t, ec2: ec2, url: srv.URL, r: rand.New(rand.NewPCG(seed, 0x11fe)),
 		// Instances a restored state does not know are deleted after
 		// the orphan grace: short, so a step settles in seconds.
-		params:  reconcile.Params{OrphanGrace: time.Second},
+		// A restart can cancel a Delete in flight; the node then waits
+		// terminate_retry (1 min by default) for the next: short here.
+		params:  reconcile.Params{OrphanGrace: time.Second, TerminateRetry: 2 * time.Second},
 		nodeInc: map[string]string{}, nodeBorn: map[string]time.Time{}, incs: map[string]bool{},
 		spend: map[string]float64{}, instances: map[string]bool{},
 		fig: lifecycleFigures{ops: map[string]int{}}}
