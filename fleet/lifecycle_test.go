@@ -194,7 +194,7 @@ func runLifecycle(t *testing.T, seed uint64, steps int, withHA bool) lifecycleFi
 	if withHA {
 		// C: two servers on one etcd, with leader failovers.
 		ec := etcdtest.StartCluster(t, 1)
-		d := &lcDaemon{name: "C", cluster: &cluster.Config{Prefix: fmt.Sprintf("/lifecycle-%d/", seed), SessionTTL: "1s",
+		d := &lcDaemon{name: "C", cluster: &cluster.Config{Prefix: fmt.Sprintf("/lifecycle-%d/", seed), SessionTTL: "2s",
 			Etcd: &cluster.EtcdConfig{Endpoints: ec.Endpoints()}}}
 		d.servers, d.dirs = make([]*testDaemon, 2), []string{t.TempDir(), t.TempDir()}
 		for i := range d.servers {
@@ -295,7 +295,6 @@ func (lc *lifecycle) failover(d *lcDaemon) {
 
 // step picks and performs one operation, returning its description.
 func (lc *lifecycle) step() string {
-	ctx := context.Background()
 	d := lc.ds[lc.r.IntN(len(lc.ds))]
 	name := lcFleets[lc.r.IntN(len(lcFleets))]
 	exists := slices.Contains(lc.fleets(d), name)
@@ -304,7 +303,7 @@ func (lc *lifecycle) step() string {
 	case k < 30 || !exists && k < 55:
 		size := 1 + lc.r.IntN(3)
 		op, what = "apply", fmt.Sprintf("daemon %s applies %s with %d nodes", d.name, name, size)
-		if _, err := d.td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, size)}); err != nil {
+		if err := lc.apply(d, name, size); err != nil {
 			lc.t.Fatalf("%s: %v", what, err)
 		}
 	case k < 45 && exists:
@@ -315,7 +314,7 @@ func (lc *lifecycle) step() string {
 		op, what = "recreate", fmt.Sprintf("daemon %s destroys %s and applies it again", d.name, name)
 		lc.destroy(d, name)
 		waitFor(lc.t, what+": destroy", 30*time.Second, func() bool { return !slices.Contains(lc.fleets(d), name) })
-		if _, err := d.td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, 2)}); err != nil {
+		if err := lc.apply(d, name, 2); err != nil {
 			lc.t.Fatalf("%s: %v", what, err)
 		}
 	case k < 70 && d.cluster != nil:
@@ -400,8 +399,35 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 	}
 }
 
+func (lc *lifecycle) apply(d *lcDaemon, name string, size int) error {
+	return lc.retry(d, func(c *api.Client) error {
+		_, err := c.Apply(context.Background(), api.ApplyRequest{Filename: name + ".hcl", Source: lc.spec(d, name, size)})
+		return err
+	})
+}
+
+// retry runs an API call on a daemon. A clustered daemon's leader can lose
+// its term between lookup and call (its write is then fenced off): look
+// the leader up again and repeat, as a client of a cluster does.
+func (lc *lifecycle) retry(d *lcDaemon, call func(*api.Client) error) error {
+	err := call(d.td.client)
+	for deadline := time.Now().Add(20 * time.Second); err != nil && d.cluster != nil && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		lc.leader(d)
+		err = call(d.td.client)
+	}
+	return err
+}
+
 func (lc *lifecycle) destroy(d *lcDaemon, name string) {
-	if _, err := d.td.client.Destroy(context.Background(), name); err != nil && !api.IsNotFound(err) {
+	err := lc.retry(d, func(c *api.Client) error {
+		_, err := c.Destroy(context.Background(), name)
+		if api.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
 		lc.t.Fatalf("daemon %s destroy %s: %v", d.name, name, err)
 	}
 }

@@ -52,10 +52,11 @@ func (d *Daemon) loadNodeSecret() error {
 }
 
 // NodeToken is the bearer token of one node's agent. It reads the node's
-// record (call it outside store transactions): the token is bound to that
-// record's incarnation because node ids repeat ("<fleet>-<gen>-<n>" starts
-// over when a fleet is re-created, and a forgotten node's n is reused), and
-// the token of a node that is gone must never work for its namesake.
+// record (call it outside store transactions): the token is bound to the
+// record's creation time as well as its id. Node ids no longer repeat
+// (they carry the fleet incarnation and a random part), but ids of fleets
+// from before incarnations ("<fleet>-<gen>-<n>") did, and the token of a
+// node that is gone must never work for a namesake.
 func (d *Daemon) NodeToken(fleetName, nodeID string) string {
 	var created time.Time
 	_ = d.store.View(context.Background(), func(tx state.Tx) error {

@@ -579,9 +579,10 @@ func TestSecurityTerminatedNodeTokenRefused(t *testing.T) {
 }
 
 // TestSecurityTokenOfDestroyedFleetStaysDead re-creates a destroyed fleet
-// under the same name: node ids are "<fleet>-<generation>-<n>" and the
-// generation restarts at 1, so the new nodes get the old ids and, with
-// tokens derived from (fleet, node id), the old tokens would work again.
+// under the same name: node ids used to be "<fleet>-<generation>-<n>" with
+// the generation restarting at 1, so the new nodes got the old ids and,
+// with tokens derived from (fleet, node id), the old tokens worked again.
+// Ids now carry the incarnation; the old tokens must stay dead either way.
 func TestSecurityTokenOfDestroyedFleetStaysDead(t *testing.T) {
 	sd := startSecDaemon(t, t.TempDir(), false)
 	sd.applyMem(t)

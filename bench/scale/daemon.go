@@ -137,6 +137,7 @@ type benchDaemon struct {
 	*fleet.Daemon
 	mem    *recordingProvider
 	fleet  string
+	inc    string // the fleet's incarnation, read by populate
 	warns  *warnCounter
 	cancel context.CancelFunc
 	done   chan error
@@ -196,12 +197,19 @@ func (bd *benchDaemon) populate(ctx context.Context, n int, st state.NodeState) 
 	if off.InstanceType == "" {
 		return errors.New("the in-memory catalog has no m1.gpu1 spot offering in mem-1a")
 	}
+	if err := bd.Store().View(ctx, func(tx state.Tx) error {
+		f, err := tx.Fleet(bd.fleet)
+		bd.inc = f.Incarnation
+		return err
+	}); err != nil {
+		return err
+	}
 	// One Create for all instances: the in-memory provider scans every
 	// live instance on each Create, so n single launches would cost O(n²)
 	// in setup alone. Nodes find their instance by InstanceID, as after a
 	// daemon restart, so the instances need no per-node tag.
 	ins, err := bd.mem.MemProvider.Create(ctx, pcfg, providers.LaunchRequest{Offering: off, Count: n, IdempotencyToken: "bench-populate",
-		Tags: map[string]string{providers.TagFleet: bd.fleet, providers.TagDaemonID: bd.DaemonID()}})
+		Tags: map[string]string{providers.TagFleet: bd.fleet, providers.TagDaemonID: bd.DaemonID(), providers.TagIncarnation: bd.inc}})
 	if err != nil {
 		return err
 	}
@@ -233,8 +241,9 @@ func (bd *benchDaemon) populate(ctx context.Context, n int, st state.NodeState) 
 // the rendezvous sees it).
 func agentAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i/65536, (i/256)%256, i%256) }
 
-// nodeID is the id populate gives node i.
-func (bd *benchDaemon) nodeID(i int) string { return fmt.Sprintf("%s-1-%d", bd.fleet, i+1) }
+// nodeID is the id populate gives node i, in the daemon's form
+// (<fleet>-<incarnation>-<n>-<random>, here a fixed "part").
+func (bd *benchDaemon) nodeID(i int) string { return fmt.Sprintf("%s-%s-%d-part", bd.fleet, bd.inc, i+1) }
 
 // start serves the API and runs the reconcile loop.
 func (bd *benchDaemon) start(ctx context.Context) error {

@@ -170,7 +170,7 @@ type Input struct {
 	// max_nodes): the deadline policy counts its slack at that speed.
 	WorkScale float64
 	// NewNodeID returns a fresh node id; it is called once per new node,
-	// in plan order (the daemon uses NodeIDs). Nil uses
+	// in plan order (the daemon uses NodeIDs). Nil (tests) uses
 	// "<fleet>-<generation>-<n>" with the first unused n.
 	NewNodeID func() string
 	Params    Params
