@@ -212,6 +212,7 @@ func (d *Daemon) reconcileAll(ctx context.Context) {
 		}(f)
 	}
 	wg.Wait()
+	d.scanStrays(ctx, fleets)
 }
 
 // providerFor returns the fleet's provider and its config.

@@ -54,6 +54,9 @@ type Options struct {
 	// PollInterval is how often provider-side interruption sources (GCE
 	// zone operations) are polled; default 10s.
 	PollInterval time.Duration
+	// StrayScan is how often the leader looks for instances with its
+	// daemon id that no fleet it knows owns (strays.go); default 5 min.
+	StrayScan time.Duration
 }
 
 // ProviderSource is what the daemon needs from the plugin manager.
@@ -63,10 +66,11 @@ type ProviderSource interface {
 
 // Daemon is one running fleetd control daemon.
 type Daemon struct {
-	cfg   Config
-	opts  Options
-	log   *slog.Logger
-	store Store
+	strays strayScan
+	cfg    Config
+	opts   Options
+	log    *slog.Logger
+	store  Store
 	// cl is the HA cluster this server belongs to; nil for a single server.
 	cl      *clusterState
 	now     func() time.Time

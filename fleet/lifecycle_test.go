@@ -254,7 +254,7 @@ func (lc *lifecycle) start(d *lcDaemon) {
 		return
 	}
 	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
-	d.td = launchTestDaemon(lc.t, d.dir, staticProviders{awsprov.Name: prov}, nil, Options{Params: lc.params})
+	d.td = launchTestDaemon(lc.t, d.dir, staticProviders{awsprov.Name: prov}, nil, Options{Params: lc.params, StrayScan: 500 * time.Millisecond})
 	d.id = d.td.DaemonID()
 }
 
@@ -264,7 +264,7 @@ func (lc *lifecycle) startServer(d *lcDaemon, i int) {
 	cfg := *d.cluster
 	cfg.Name = fmt.Sprintf("c%d", i+1)
 	d.servers[i] = launchTestDaemon(lc.t, d.dirs[i], staticProviders{awsprov.Name: prov}, nil,
-		Options{Params: lc.params, Config: Config{Cluster: &cfg}})
+		Options{Params: lc.params, StrayScan: 500 * time.Millisecond, Config: Config{Cluster: &cfg}})
 }
 
 // leader waits for a clustered daemon's leader and makes it d.td.
@@ -367,9 +367,10 @@ func (lc *lifecycle) step() string {
 
 // clearStrays plays the operator after a restore: the restored state does
 // not know the incarnations created after the backup, and the daemon never
-// touches an incarnation it does not own. Where the fleet name still
-// exists, the daemon must name each such instance in an other-incarnation
-// alert; the operator then deletes them by hand (as docs/security.md says).
+// touches an incarnation it does not own. It must name each such instance:
+// in an other-incarnation alert where the fleet name still exists, in an
+// instance.stray event where it does not. The operator then deletes them
+// by hand (as docs/security.md says).
 func (lc *lifecycle) clearStrays(d *lcDaemon) {
 	cur := map[string]string{}
 	_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
@@ -391,11 +392,25 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 					return a.Kind == reconcile.AlertOtherIncarnation && a.Subject == in.ID
 				})
 			})
+			lc.fig.ops["stray: other-incarnation alert"]++
+		} else if len(cur) > 0 {
+			// No fleet of that name: the stray scan reports it, through
+			// the provider configuration of the fleets it has (with none,
+			// it has no credentials or region to look with).
+			waitFor(lc.t, "an instance.stray event for "+in.ID, 15*time.Second, func() bool {
+				evs, err := d.td.client.Events(context.Background(), 0, 0, 0)
+				return err == nil && slices.ContainsFunc(evs.Events, func(e state.Event) bool {
+					return e.Type == "instance.stray" && e.Data["instance"] == in.ID
+				})
+			})
+			lc.fig.ops["stray: instance.stray event"]++
+		} else {
+			lc.fig.ops["stray: unseen (no fleet to look with)"]++
 		}
 		if err := lc.ec2.Reclaim(in.ID); err != nil {
 			lc.t.Fatal(err)
 		}
-		lc.fig.ops["stray deleted by hand"]++
+
 	}
 }
 
