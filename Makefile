@@ -47,7 +47,7 @@ demo: build ## Run the demo: a local fleet surviving a spot interruption
 	$(GO) run ./examples/demo -bin $(BIN)
 
 .PHONY: bench
-bench: build ## Run the benchmarks (bench/run.sh, about 25 min) and print their figures
+bench: build ## Run the benchmarks (bench/run.sh, about 25 min); fails on any missed target (BENCH_STRICT=0: report only)
 	FLEETD_BIN=$(BIN) bench/run.sh
 
 .PHONY: fuzz

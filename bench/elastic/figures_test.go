@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/report"
+)
+
+// TestFiguresMissWhatDidNotRecover: a scenario that did not recover, or
+// recovered only past its bound, is a miss for every system, so the
+// program exits non-zero and `make bench` fails.
+func TestFiguresMissWhatDidNotRecover(t *testing.T) {
+	cfg := config{lead: 30 * time.Second, scenarioTimeout: 4 * time.Minute}
+	ok := func(s float64) result { return result{Outcome: Outcome{TrainAgain: s}} }
+	for _, tc := range []struct {
+		name     string
+		sysName  string
+		res      map[string]result
+		wantMiss int
+		want     string
+	}{
+		{"torchrun recovers", "torchrun", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: ok(75)}, 0,
+			"FIGURE elastic.100MiB.notice.torchrun.train_again = 75 s (target <= 270 s) PASS"},
+		{"torchrun never recovers from a kill", "torchrun", map[string]result{scenKill: {missing: "[a b] not training again within 4m0s"}, scenAdd: ok(20), scenNotice: ok(75)}, 1,
+			"FIGURE elastic.100MiB.kill.torchrun.train_again = n/a s (target <= 240 s) FAIL MISSING: [a b] not training again within 4m0s"},
+		{"a scenario never reached", "restart", map[string]result{scenNotice: ok(2)}, 2,
+			"FIGURE elastic.100MiB.kill.restart.train_again = n/a s (target <= 240 s) FAIL MISSING: scenario not reached"},
+		{"recovered past the bound", "restart", map[string]result{scenKill: ok(241), scenAdd: ok(3), scenNotice: ok(2)}, 1,
+			"FIGURE elastic.100MiB.kill.restart.train_again = 241 s (target <= 240 s) FAIL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(report.ForceMissEnv, "")
+			var buf bytes.Buffer
+			r := report.New(&buf)
+			figures(r, cfg, "100MiB", map[string]map[string]result{tc.sysName: tc.res})
+			if n := r.Summary("elastic"); n != tc.wantMiss {
+				t.Errorf("%d misses, want %d", n, tc.wantMiss)
+			}
+			if !strings.Contains(buf.String(), tc.want) {
+				t.Errorf("lacks %q:\n%s", tc.want, buf.String())
+			}
+		})
+	}
+}
