@@ -32,8 +32,9 @@ type fleetdRun struct {
 	daemon *devd.Daemon
 	client *api.Client
 
-	mu sync.Mutex
-	tl *Timeline
+	mu       sync.Mutex
+	tl       *Timeline
+	silenced []int // sessions stopped by kill_silent, killed by stop
 }
 
 const benchFleet = "bench"
@@ -116,6 +117,9 @@ func (f *fleetdRun) stop() {
 	f.daemon.Stop()
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
+	}
+	for _, sid := range f.silenced {
+		procs.KillSession(sid)
 	}
 }
 
@@ -282,14 +286,22 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	f.explain(ctx, scenKill, t0, res[scenKill])
 
 	// 3. A node added: the replacement fleetd launched for the lost node,
-	// measured from its agent's rendezvous join.
+	// timed from its agent process's start (as torchrun's), which warms
+	// its interpreters before it joins; from the join too, for information.
 	added, joinAt, err := f.joinedAfter(ctx, nodes, t0, 2*time.Minute)
 	if err != nil {
 		return res, err
 	}
-	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill", added, joinAt.Sub(t0).Seconds())
+	started, err := f.agentStarted(added)
+	if err != nil {
+		return res, err
+	}
+	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill, %.2fs after its agent started", added,
+		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
 	all := append(append([]string(nil), survivors...), added)
-	res[scenAdd] = measure(ctx, "fleetd", scenAdd, f.timeline, all, joinAt, 3, f.cfg.scenarioTimeout)
+	r := measure(ctx, "fleetd", scenAdd, f.timeline, all, joinAt, 3, f.cfg.scenarioTimeout)
+	r.fromEarlier(joinAt.Sub(started), "from_rendezvous_join")
+	res[scenAdd] = r
 	f.explain(ctx, scenAdd, joinAt, res[scenAdd])
 	if nodes, err = f.waitNodes(ctx, 3, f.cfg.scenarioTimeout); err != nil {
 		return res, err
@@ -309,9 +321,61 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 		return res, fmt.Errorf("interrupt %s: %w", v, err)
 	}
 	say("fleetd: spot notice injected on node %s (deadline in %s)", v, f.cfg.lead)
-	res[scenNotice] = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	r = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	if r.missing == "" {
+		// negative: the survivors trained again before the node died
+		r.extra["from_node_death"] = r.seconds() - f.cfg.lead.Seconds()
+	}
+	res[scenNotice] = r
 	f.explain(ctx, scenNotice, t0, res[scenNotice])
+
+	// 4. A node that goes silent (SIGSTOP to its session): the daemon
+	// learns of it only when its heartbeats stop for dead_after. The
+	// notice's replacement first makes three nodes again.
+	if nodes, err = f.waitNodes(ctx, 3, f.cfg.lead+f.cfg.scenarioTimeout); err != nil {
+		return res, err
+	}
+	if v, err = f.victim(nodes); err != nil {
+		return res, err
+	}
+	if sid, err = f.session(v); err != nil {
+		return res, err
+	}
+	survivors = without(nodes, v)
+	t0 = time.Now()
+	f.silenced = append(f.silenced, sid)
+	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, procs.StopSession(sid))
+	res[scenKillSilent] = measure(ctx, "fleetd", scenKillSilent, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	f.explain(ctx, scenKillSilent, t0, res[scenKillSilent])
 	return res, nil
+}
+
+// agentStarted is when node's agent process logged its start.
+func (f *fleetdRun) agentStarted(node string) (time.Time, error) {
+	for _, in := range f.instances() {
+		if in.Tags[providers.TagNodeID] != node {
+			continue
+		}
+		file := filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log")
+		fh, err := os.Open(file)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("agent start of %s: %w", node, err)
+		}
+		defer fh.Close()
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			var l struct {
+				Time time.Time `json:"time"`
+				Msg  string    `json:"msg"`
+			}
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "agent started" {
+				return l.Time, nil
+			}
+		}
+		return time.Time{}, fmt.Errorf("agent start of %s: no \"agent started\" line in %s", node, file)
+	}
+	return time.Time{}, fmt.Errorf("agent start of %s: no local instance", node)
 }
 
 // explain prints the daemon's events (notices, node transitions,

@@ -2,7 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,34 +45,95 @@ func TestFleetdSpec(t *testing.T) {
 }
 
 func TestTorchrunArgv(t *testing.T) {
-	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
-	tr, err := newTorchrun(cfg, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", keepAliveLauncher: "/abs/torchrun_keepalive.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
 	for _, tt := range []struct {
-		node   string
-		isHost string
-	}{{"A", "1"}, {"B", "0"}, {"D", "0"}} {
+		defaults bool
+		node     string
+		launcher []string // argv before "-r 1 -t 1"
+		want     []string
+		notWant  string
+	}{
+		{false, "A", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=1,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, "torch.distributed.run"},
+		{false, "D", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=0,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, ""},
+		{true, "A", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=1"}, "--monitor_interval=0.1"},
+		{true, "B", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=0"}, cfg.keepAliveLauncher},
+	} {
+		tr, err := newTorchrun(cfg, tt.defaults, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
 		argv := tr.argv(tt.node)
 		has := map[string]bool{}
 		for _, a := range argv {
 			has[a] = true
 		}
-		for _, want := range []string{"torch.distributed.run", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_conf=is_host=" + tt.isHost, "--max_restarts=10", cfg.script} {
+		for _, want := range append([]string{"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--max_restarts=10", cfg.script}, tt.want...) {
 			if !has[want] {
-				t.Errorf("node %s: argv %q lacks %q", tt.node, argv, want)
+				t.Errorf("%s node %s: argv %q lacks %q", tr.name(), tt.node, argv, want)
 			}
 		}
-		if argv[2] != "-r" || argv[3] != "1" || argv[4] != "-t" || argv[5] != "1" {
-			t.Errorf("node %s: argv %q does not start with -m torch.distributed.run -r 1 -t 1", tt.node, argv)
+		if tt.notWant != "" && has[tt.notWant] {
+			t.Errorf("%s node %s: argv %q has %q", tr.name(), tt.node, argv, tt.notWant)
+		}
+		n := len(tt.launcher)
+		if !slices.Equal(argv[:n], tt.launcher) || !slices.Equal(argv[n:n+4], []string{"-r", "1", "-t", "1"}) {
+			t.Errorf("%s node %s: argv %q does not start with %q -r 1 -t 1", tr.name(), tt.node, argv, tt.launcher)
 		}
 		train := cfg.trainArgs(tr.dir + "/ckpt")
-		tail := argv[len(argv)-len(train):]
-		for i := range train {
-			if tail[i] != train[i] {
-				t.Fatalf("node %s: worker args %q, want %q", tt.node, tail, train)
+		if tail := argv[len(argv)-len(train)-1:]; tail[0] != cfg.script || !slices.Equal(tail[1:], train) {
+			t.Fatalf("%s node %s: worker command %q, want %s %q", tr.name(), tt.node, tail, cfg.script, train)
+		}
+	}
+}
+
+// keepAliveCheck builds a real c10d rendezvous handler through torch's own
+// registry (hosting its TCP store), after the launcher's patch for the
+// --rdzv_conf given (none: "-"), and prints the keep-alive it got.
+const keepAliveCheck = `
+import importlib.util, socket, sys
+spec = importlib.util.spec_from_file_location("launcher", sys.argv[1])
+launcher = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launcher)
+if sys.argv[2] != "-":
+    launcher.patch(["--nnodes=2:3", "--rdzv_conf=" + sys.argv[2], "train.py"])
+from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+import torch.distributed.elastic.rendezvous.registry  # registers c10d
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+h = rendezvous_handler_registry.create_handler(RendezvousParameters("c10d", "127.0.0.1:%d" % port, "t", 1, 1, is_host="1"))
+print(h._settings.keep_alive_interval.total_seconds(), h._settings.keep_alive_max_attempt)
+`
+
+// TestKeepAliveLauncher: torch 1.13 ignores keep_alive_* in --rdzv_conf
+// (5 s, 3 beats); through bench/torchrun_keepalive.py they take effect.
+func TestKeepAliveLauncher(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch.distributed.elastic").Run(); err != nil {
+		t.Skipf("%s cannot import torch (apt-get install python3-torch; .ci/run installs it): %v", py, err)
+	}
+	launcher, err := filepath.Abs(filepath.Join("..", "torchrun_keepalive.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "check.py")
+	if err := os.WriteFile(script, []byte(keepAliveCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ conf, want string }{
+		{"-", "5.0 3"}, // torch 1.13's hard-coded values
+		{"is_host=1", "5.0 3"},
+		{"is_host=1,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "2.0 5"},
+		{"keep_alive_interval=0.5", "0.5 3"},
+	} {
+		out, err := exec.Command(py, script, launcher, tc.conf).Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
 			}
+			t.Fatalf("%s: %v\n%s", tc.conf, err, stderr)
+		}
+		if got := strings.TrimSpace(string(out)); got != tc.want {
+			t.Errorf("--rdzv_conf=%s: keep-alive %q, want %q", tc.conf, got, tc.want)
 		}
 	}
 }

@@ -86,6 +86,32 @@ func KillSession(sid int) int {
 	return n
 }
 
+// StopSession freezes a session (SIGSTOP to every member) the way a VM
+// that vanishes goes quiet: its sockets stay open and send nothing, so
+// peers learn of it only through their timeouts. It repeats until a pass
+// finds no member it has not stopped (a process forked meanwhile) and
+// returns how many it stopped. KillSession ends stopped processes too.
+func StopSession(sid int) int {
+	if sid <= 1 {
+		return 0
+	}
+	stopped := map[int]bool{}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		fresh := 0
+		for _, pid := range SessionMembers(sid) {
+			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				stopped[pid] = true
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return len(stopped)
+}
+
 // FreePort returns a TCP port free on 127.0.0.1 right now.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
