@@ -15,15 +15,16 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/procs"
+	"github.com/fleetd/fleetd/bench/internal/trargs"
 )
 
-// torchrun runs the job under Debian's torchrun 1.13 (`python3 -m
-// torch.distributed.run -r 1 -t 1`): three agent processes ("nodes" A, B,
-// C, each its own session), c10d rendezvous hosted by node A, torchrun's
-// defaults otherwise (monitor_interval 5 s, last_call 30 s). max_restarts
-// is raised from 0, or the first lost node would end the job.
+// torchrun runs the job under Debian's torchrun 1.13: three agent
+// processes ("nodes" A, B, C, each its own session), c10d rendezvous
+// hosted by node A, at fleetd's timeouts ("torchrun", the headline) or at
+// torchrun's defaults ("torchrun-defaults"); see package trargs.
 type torchrun struct {
-	cfg   config
+	cfg      config
+	defaults bool
 	dir   string
 	port  int
 	tl    *Timeline
@@ -47,16 +48,22 @@ const (
 var torchrunMarkers = []string{"Worker group FAILED", rendezvousLine, "Rendezvous complete", "Stopping worker group",
 	"Starting worker group", "failed (exitcode"}
 
-func newTorchrun(cfg config, dir string) (*torchrun, error) {
+func newTorchrun(cfg config, defaults bool, dir string) (*torchrun, error) {
 	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return &torchrun{cfg: cfg, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{},
+	return &torchrun{cfg: cfg, defaults: defaults, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{},
 		rdzv: map[string][]time.Time{}, next: 'A'}, nil
 }
 
-func (t *torchrun) name() string        { return "torchrun" }
+func (t *torchrun) name() string {
+	if t.defaults {
+		return sysTorchrunDefaults
+	}
+	return sysTorchrun
+}
+
 func (t *torchrun) timeline() *Timeline { return t.tl }
 
 func (t *torchrun) startNode() (string, error) {
@@ -64,14 +71,12 @@ func (t *torchrun) startNode() (string, error) {
 	name := string(t.next)
 	t.next++
 	t.mu.Unlock()
-	host := "0"
-	if name == torchrunHost {
-		host = "1"
+	profile := trargs.FleetdTimeouts
+	if t.defaults {
+		profile = trargs.Defaults
 	}
-	args := append([]string{"-m", "torch.distributed.run", "-r", "1", "-t", "1", "--nnodes=2:3", "--nproc_per_node=1",
-		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", t.port), "--rdzv_id=bench",
-		"--rdzv_conf=is_host=" + host, "--max_restarts=10", "--log_dir=" + filepath.Join(t.dir, "logs-"+name), t.cfg.script},
-		t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))...)
+	args := trargs.Node{Profile: profile, Launcher: t.cfg.keepAliveLauncher, Port: t.port, Host: name == torchrunHost, Nnodes: "2:3",
+		LogDir: filepath.Join(t.dir, "logs-"+name), Script: t.cfg.script, Train: t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))}.Args()
 	logf, err := os.Create(filepath.Join(t.dir, "torchrun-"+name+".log"))
 	if err != nil {
 		return "", err

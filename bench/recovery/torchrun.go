@@ -15,25 +15,14 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/procs"
-	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/bench/internal/trargs"
 )
 
 // torchrun runs the job under Debian's torchrun 1.13: three agent
 // processes on this machine ("nodes" A, B, C, each its own session), c10d
-// rendezvous hosted by node A, in one of two profiles:
-//
-//   - at fleetd's timeouts (the headline): last_call and the keep-alive
-//     (heartbeat × missed beats = dead_after) of the fleet spec's defaults,
-//     and the worker monitor polling every 0.1 s where fleetd's agent learns
-//     of a worker's exit at once (waitid). The keep-alive, hard-coded in
-//     torch 1.13, is set through bench/torchrun_keepalive.py, which reads it
-//     from --rdzv_conf as later torch releases do;
-//   - at torchrun's defaults (`python3 -m torch.distributed.run`:
-//     monitor_interval 5 s, last_call 30 s, keep-alive 5 s × 3).
-//
-// max_restarts is raised from its default 0, or the first lost node would
-// end the job. The workers' collective timeout is the training script's,
-// the same under fleetd.
+// rendezvous hosted by node A, at fleetd's timeouts (the headline) or at
+// torchrun's defaults (package trargs). The workers' collective timeout is
+// the training script's, the same under fleetd.
 type torchrun struct {
 	cfg      config
 	defaults bool // torchrun's defaults, not fleetd's timeouts
@@ -65,9 +54,6 @@ const rendezvousLine = "Rendezvous'ing worker group"
 // (losing it ends a torchrun job: a fleetd job has no such node).
 const torchrunHost = "A"
 
-// fairMonitorInterval is torchrun's worker poll at fleetd's timeouts.
-const fairMonitorInterval = 0.1 // s
-
 func newTorchrun(cfg config, defaults bool, dir string) (*torchrun, error) {
 	port, err := procs.FreePort()
 	if err != nil {
@@ -88,25 +74,12 @@ func (t *torchrun) timeline() *Timeline { return t.tl }
 
 // argv is one torchrun agent's command line.
 func (t *torchrun) argv(name string) []string {
-	isHost := "0"
-	if name == torchrunHost {
-		isHost = "1"
+	profile := trargs.FleetdTimeouts
+	if t.defaults {
+		profile = trargs.Defaults
 	}
-	launcher := []string{"-m", "torch.distributed.run"}
-	conf := "is_host=" + isHost
-	var tuned []string
-	if !t.defaults {
-		launcher = []string{t.cfg.keepAliveLauncher}
-		conf += fmt.Sprintf(",last_call_timeout=%d,keep_alive_interval=%d,keep_alive_max_attempt=%d",
-			int(spec.DefaultLastCall.Seconds()), int(spec.DefaultHeartbeat.Seconds()), int(spec.DefaultDeadAfter/spec.DefaultHeartbeat))
-		tuned = []string{fmt.Sprintf("--monitor_interval=%g", fairMonitorInterval)}
-	}
-	args := append(launcher, "-r", "1", "-t", "1",
-		"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
-		fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", t.port), "--rdzv_id=bench", "--rdzv_conf="+conf,
-		"--max_restarts=10", "--log_dir="+filepath.Join(t.dir, "logs-"+name))
-	args = append(append(args, tuned...), t.cfg.script)
-	return append(args, t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))...)
+	return trargs.Node{Profile: profile, Launcher: t.cfg.keepAliveLauncher, Port: t.port, Host: name == torchrunHost, Nnodes: "2:3",
+		LogDir: filepath.Join(t.dir, "logs-"+name), Script: t.cfg.script, Train: t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))}.Args()
 }
 
 // startNode starts one torchrun agent in a session of its own and feeds
