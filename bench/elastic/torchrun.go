@@ -25,14 +25,14 @@ import (
 type torchrun struct {
 	cfg      config
 	defaults bool
-	dir   string
-	port  int
-	tl    *Timeline
-	mu    sync.Mutex
-	nodes map[string]*trNode
-	rdzv  map[string][]time.Time // "Rendezvous'ing worker group" per node
-	log   []note
-	next  byte
+	dir      string
+	port     int
+	tl       *Timeline
+	mu       sync.Mutex
+	nodes    map[string]*trNode
+	rdzv     map[string][]time.Time // "Rendezvous'ing worker group" per node
+	log      []note
+	next     byte
 }
 
 type trNode struct {
