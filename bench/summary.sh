@@ -10,9 +10,11 @@ OUT=${1:?usage: bench/summary.sh OUT}
 
 misses=0
 passes=0
+ran=0
 for name in scale recovery ha ckpt elastic; do
   log="$OUT/$name.log"
   [[ -f "$log" ]] || continue # not run (BENCH_ONLY)
+  ran=$((ran + 1))
   # Each program repeats its figures after a "==== <name>: summary ====" line.
   figs=$(awk '/^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' "$log")
   status=$(cat "$OUT/$name.status" 2>/dev/null || echo "unknown")
@@ -29,6 +31,10 @@ for name in scale recovery ha ckpt elastic; do
     misses=$((misses + 1))
   fi
 done
+if [[ "$ran" == 0 ]]; then
+  echo "MISS: no benchmark ran (BENCH_ONLY=${BENCH_ONLY:-}?)"
+  misses=$((misses + 1))
+fi
 echo "targets: $passes passed, $misses missed"
 if [[ "$misses" -gt 0 && "${BENCH_STRICT:-1}" != 0 ]]; then
   echo "bench: FAIL ($misses missed; BENCH_STRICT=0 reports without failing)"

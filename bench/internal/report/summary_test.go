@@ -41,7 +41,7 @@ func TestBenchSummaryVerdict(t *testing.T) {
 		name     string
 		env      []string // for the Reporter and the script
 		figs     func(r *Reporter)
-		crash    bool // the program printed no summary and exited 2
+		none     bool // no program ran (figs nil: one crashed, printing no summary)
 		wantCode int
 		want     []string
 	}{
@@ -57,7 +57,8 @@ func TestBenchSummaryVerdict(t *testing.T) {
 			good(r)
 			r.Missing("x.add.torchrun", "s", NoTarget, 0, "[a b] not training again within 4m0s")
 		}, wantCode: 1, want: []string{"FIGURE x.add.torchrun = n/a s (info) FAIL MISSING: [a b] not training again", "targets: 1 passed, 1 missed"}},
-		{name: "a crashed program", crash: true, wantCode: 1, want: []string{"MISS elastic: no summary (exit status 2)", "targets: 0 passed, 1 missed"}},
+		{name: "a crashed program", wantCode: 1, want: []string{"MISS elastic: no summary (exit status 2)", "targets: 0 passed, 1 missed"}},
+		{name: "no benchmark ran", none: true, wantCode: 1, want: []string{"MISS: no benchmark ran", "targets: 0 passed, 1 missed"}},
 		{name: "not strict: reported, exit 0", env: []string{ForceMissEnv + "=.", "BENCH_STRICT=0"}, figs: good, wantCode: 0,
 			want: []string{"(target < -Inf s) FAIL", "targets: 0 passed, 2 missed"}},
 	} {
@@ -69,16 +70,18 @@ func TestBenchSummaryVerdict(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			log, status := "panic: boom\n", 2
-			if !tc.crash {
+			if tc.figs != nil {
 				log, status = benchLog(t, tc.figs)
 			}
 			// As bench/run.sh leaves them for one program that ran.
 			out := t.TempDir()
-			if err := os.WriteFile(filepath.Join(out, "elastic.log"), []byte(log), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(out, "elastic.status"), []byte(strconv.Itoa(status)+"\n"), 0o644); err != nil {
-				t.Fatal(err)
+			if !tc.none {
+				if err := os.WriteFile(filepath.Join(out, "elastic.log"), []byte(log), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(out, "elastic.status"), []byte(strconv.Itoa(status)+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			b, err := exec.Command("bash", script, out).CombinedOutput()
 			code := 0
