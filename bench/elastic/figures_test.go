@@ -23,15 +23,15 @@ func TestFiguresMissWhatDidNotRecover(t *testing.T) {
 		wantMiss int
 		want     string
 	}{
-		{"torchrun's notice is timed from the node's death", "torchrun", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed}, 0,
+		{"torchrun's notice is timed from the node's death", "torchrun", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 0,
 			"FIGURE elastic.100MiB.notice.torchrun.train_again = 45 s (target <= 270 s) PASS\nFIGURE elastic.100MiB.notice.torchrun.train_again_from_notice = 75 s (info)"},
-		{"so is torchrun's at its defaults", "torchrun-defaults", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed}, 0,
+		{"so is torchrun's at its defaults", "torchrun-defaults", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 0,
 			"FIGURE elastic.100MiB.notice.torchrun_defaults.train_again = 45 s (target <= 270 s) PASS"},
-		{"torchrun never recovers from a kill", "torchrun", map[string]result{scenKill: {missing: "[a b] not training again within 4m0s"}, scenAdd: ok(20), scenNotice: noticed}, 1,
+		{"torchrun never recovers from a kill", "torchrun", map[string]result{scenKill: {missing: "[a b] not training again within 4m0s"}, scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 1,
 			"FIGURE elastic.100MiB.kill.torchrun.train_again = n/a s (target <= 240 s) FAIL MISSING: [a b] not training again within 4m0s"},
-		{"a scenario never reached", "restart", map[string]result{scenNotice: ok(2)}, 2,
+		{"a scenario never reached", "restart", map[string]result{scenNotice: ok(2)}, 3,
 			"FIGURE elastic.100MiB.kill.restart.train_again = n/a s (target <= 240 s) FAIL MISSING: scenario not reached"},
-		{"recovered past the bound", "restart", map[string]result{scenKill: ok(241), scenAdd: ok(3), scenNotice: ok(2)}, 1,
+		{"recovered past the bound", "restart", map[string]result{scenKill: ok(241), scenAdd: ok(3), scenNotice: ok(2), scenKillSilent: ok(20)}, 1,
 			"FIGURE elastic.100MiB.kill.restart.train_again = 241 s (target <= 240 s) FAIL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

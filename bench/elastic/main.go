@@ -2,9 +2,12 @@
 // DDP job (examples/pytorch/elastic_train.py, Debian's torch 1.13, gloo,
 // a checkpoint every 50 steps) on three local nodes under torchrun,
 // fleetd's restart mode and fleetd's in-process mode, for models holding
-// about 100 MiB and 1 GiB of parameters plus optimizer state. Scenarios,
-// in order: an unannounced node loss (SIGKILL to a node's session), a node
-// added, a spot notice. Per scenario and system it prints the seconds
+// about 100 MiB and 1 GiB of parameters plus optimizer state. torchrun runs
+// at fleetd's timeouts (the headline) and at its defaults (package trargs).
+// Scenarios, in order: an unannounced node loss (SIGKILL to a node's
+// session), a node added (timed from its agent process's start under every
+// system), a spot notice (torchrun, which cannot act on it, timed from the
+// node's death), a silent node loss (SIGSTOP to a node's session). Per scenario and system it prints the seconds
 // until every survivor trains again, the longest pause, the lost steps,
 // the checkpoint data read, and for a joiner the seconds until it trains
 // and the rate its state reached it (FIGURE lines, bench/internal/report).
@@ -29,12 +32,13 @@ import (
 )
 
 const (
-	scenKill   = "kill"
-	scenAdd    = "add"
-	scenNotice = "notice"
+	scenKill       = "kill"
+	scenAdd        = "add"
+	scenNotice     = "notice"
+	scenKillSilent = "kill_silent" // SIGSTOP: peers learn of it only through timeouts
 )
 
-var scenarios = []string{scenNotice, scenKill, scenAdd}
+var scenarios = []string{scenNotice, scenKill, scenAdd, scenKillSilent}
 
 // Systems.
 const (
@@ -75,8 +79,12 @@ type system interface {
 	live() []string
 	victim() (string, error)
 	kill(node string) error
-	// add brings a fourth node: returns it and when it entered the rendezvous.
-	add(ctx context.Context, since time.Time) (string, time.Time, error)
+	// add brings a fourth node: returns it, when it entered the rendezvous
+	// and when its agent process started (the event a joiner is timed from).
+	add(ctx context.Context, since time.Time) (node string, joined, started time.Time, err error)
+	// silence stops the node's processes (SIGSTOP), as a VM that vanishes:
+	// nothing is reset. Returns how many it stopped.
+	silence(node string) int
 	// notice gives node a spot notice: death is when it died (torchrun,
 	// which cannot act on it), known when fleetd's daemon had it.
 	notice(ctx context.Context, node string) (death, known time.Time, err error)
@@ -97,6 +105,7 @@ type result struct {
 	missing   string
 	fromKnown float64 // TrainAgain from when the control plane knew (fleetd)
 	fromDeath float64 // TrainAgain from the node's death (torchrun notice)
+	fromJoin  float64 // TrainAgain from the joiner's rendezvous entry (add)
 }
 
 func say(format string, args ...any) {
@@ -257,13 +266,21 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	}
 
 	// 2. A node added (fleetd: the replacement it launched for the lost
-	// node), measured from its entering the rendezvous.
-	joiner, joinAt, err := sys.add(ctx, t0)
+	// node), measured from its entering the rendezvous and reported from
+	// its agent process's start, the same event under every system.
+	joiner, joinAt, started, err := sys.add(ctx, t0)
 	if err != nil {
 		return res, err
 	}
-	say("%s: node %s entered the rendezvous %.2fs after the kill", sys.name(), joiner, joinAt.Sub(t0).Seconds())
+	say("%s: node %s entered the rendezvous %.2fs after the kill, %.2fs after its agent started", sys.name(), joiner,
+		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
 	r = measure(ctx, sys, scenAdd, append(slices.Clone(survivors), joiner), joiner, joinAt, t0, cfg.scenarioTimeout)
+	if r.missing == "" {
+		lead := joinAt.Sub(started).Seconds()
+		r.fromJoin = r.TrainAgain
+		r.TrainAgain += lead
+		r.JoinerTrains += lead
+	}
 	res[scenAdd] = r
 	explain(sys, scenAdd, joinAt, r)
 	if nodes, err = waitSteady(ctx, sys, 3, cfg.scenarioTimeout); err != nil {
@@ -293,6 +310,35 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	}
 	res[scenNotice] = r
 	explain(sys, scenNotice, t0, r)
+
+	// 4. A node silenced (SIGSTOP), mid checkpoint interval: three nodes
+	// first (torchrun: another agent; fleetd: the notice's replacement).
+	if _, ok := sys.(*torchrun); ok {
+		if _, err := waitSteady(ctx, sys, 2, cfg.scenarioTimeout); err != nil {
+			return res, err
+		}
+		if _, _, _, err := sys.add(ctx, time.Now()); err != nil {
+			return res, err
+		}
+	}
+	if nodes, err = waitSteady(ctx, sys, 3, cfg.lead+cfg.scenarioTimeout); err != nil {
+		return res, err
+	}
+	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
+		return res, err
+	}
+	if v, err = sys.victim(); err != nil {
+		return res, err
+	}
+	survivors = without(nodes, v)
+	t0 = time.Now()
+	say("%s: node %s silenced (SIGSTOP to its %d processes) at step %d", sys.name(), v, sys.silence(v), sys.timeline().MaxStep(nodes))
+	r = measure(ctx, sys, scenKillSilent, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
+	if known := sys.lossKnown(v, t0); !known.IsZero() && r.missing == "" {
+		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
+	}
+	res[scenKillSilent] = r
+	explain(sys, scenKillSilent, t0, r)
 	return res, nil
 }
 
@@ -436,6 +482,9 @@ func figures(r *report.Reporter, cfg config, size string, bySys map[string]map[s
 			if sc == scenNotice && isTorchrun(sysName) {
 				r.Info(name+".train_again_from_notice", x.TrainAgain, "s")
 			}
+			if x.fromJoin != 0 {
+				r.Info(name+".train_again_from_join", x.fromJoin, "s")
+			}
 			r.Info(name+".pause", x.Pause, "s")
 			if sc == scenNotice && !isTorchrun(sysName) {
 				r.Check(name+".lost_steps", float64(x.LostSteps), "steps", report.AtMost, targetLostSteps)
@@ -489,6 +538,9 @@ func table(sizes []string, all map[string]map[string]map[string]result) {
 				}
 				if sc == scenNotice && isTorchrun(sysName) {
 					again += fmt.Sprintf(" after the node died (%.2f s after the notice)", x.TrainAgain)
+				}
+				if x.fromJoin != 0 {
+					again += fmt.Sprintf(" from the agent's start (%.2f s from the join)", x.fromJoin)
 				}
 				joiner, transfer := "", ""
 				if sc == scenAdd {

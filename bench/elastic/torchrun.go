@@ -30,6 +30,7 @@ type torchrun struct {
 	tl       *Timeline
 	mu       sync.Mutex
 	nodes    map[string]*trNode
+	silent   []*trNode              // SIGSTOPped nodes, killed by stop
 	rdzv     map[string][]time.Time // "Rendezvous'ing worker group" per node
 	log      []note
 	next     byte
@@ -184,10 +185,11 @@ func (t *torchrun) kill(name string) error {
 }
 
 // add starts a fourth agent; the join is its entering the rendezvous.
-func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time, error) {
+func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time, time.Time, error) {
+	started := time.Now()
 	name, err := t.startNode()
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, time.Time{}, err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -195,13 +197,26 @@ func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time,
 		for _, at := range t.rdzv[name] {
 			if !at.Before(since) {
 				t.mu.Unlock()
-				return name, at, nil
+				return name, at, started, nil
 			}
 		}
 		t.mu.Unlock()
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "", time.Time{}, fmt.Errorf("torchrun node %s did not enter the rendezvous", name)
+	return "", time.Time{}, time.Time{}, fmt.Errorf("torchrun node %s did not enter the rendezvous", name)
+}
+
+// silence stops every process of the node's session (SIGSTOP); stop kills it.
+func (t *torchrun) silence(name string) int {
+	t.mu.Lock()
+	n := t.nodes[name]
+	delete(t.nodes, name)
+	t.silent = append(t.silent, n)
+	t.mu.Unlock()
+	if n == nil {
+		return 0
+	}
+	return procs.StopSession(n.cmd.Process.Pid)
 }
 
 // notice: torchrun has nothing that reads a notice; the node dies at the
@@ -234,5 +249,14 @@ func (t *torchrun) notes(from, to time.Time) []note {
 func (t *torchrun) stop() {
 	for _, n := range t.live() {
 		_ = t.kill(n)
+	}
+	t.mu.Lock()
+	silent := t.silent
+	t.silent = nil
+	t.mu.Unlock()
+	for _, n := range silent {
+		if n != nil {
+			procs.KillSession(n.cmd.Process.Pid) // SIGKILL ends stopped processes too
+		}
 	}
 }

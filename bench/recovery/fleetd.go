@@ -292,9 +292,13 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if err != nil {
 		return res, err
 	}
-	started, err := f.agentStarted(added)
+	in, err := devd.Find(f.stateDir(), added)
 	if err != nil {
 		return res, err
+	}
+	started, err := in.AgentStarted()
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", added, err)
 	}
 	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill, %.2fs after its agent started", added,
 		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
@@ -350,34 +354,6 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	return res, nil
 }
 
-// agentStarted is when node's agent process logged its start.
-func (f *fleetdRun) agentStarted(node string) (time.Time, error) {
-	for _, in := range f.instances() {
-		if in.Tags[providers.TagNodeID] != node {
-			continue
-		}
-		file := filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log")
-		fh, err := os.Open(file)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("agent start of %s: %w", node, err)
-		}
-		defer fh.Close()
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			var l struct {
-				Time time.Time `json:"time"`
-				Msg  string    `json:"msg"`
-			}
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "agent started" {
-				return l.Time, nil
-			}
-		}
-		return time.Time{}, fmt.Errorf("agent start of %s: no \"agent started\" line in %s", node, file)
-	}
-	return time.Time{}, fmt.Errorf("agent start of %s: no local instance", node)
-}
-
 // explain prints the daemon's events (notices, node transitions,
 // rendezvous rounds) and the worker starts around a recovery.
 func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r result) {
@@ -397,7 +373,7 @@ func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r re
 		from = resp.Next
 	}
 	for _, in := range f.instances() {
-		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log"))...)
+		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], in.AgentLog())...)
 	}
 	explain("fleetd", scen, t0, r, f.timeline(), notes)
 }
