@@ -33,9 +33,9 @@ type fleetdRun struct {
 	daemon *devd.Daemon
 	client *api.Client
 
-	mu       sync.Mutex
-	tl       *Timeline
-	silenced []int // sessions stopped by kill_silent, killed by stop
+	mu     sync.Mutex
+	tl     *Timeline
+	frozen procs.Frozen // sessions stopped by kill_silent, killed by stop
 }
 
 const benchFleet = "bench"
@@ -119,9 +119,7 @@ func (f *fleetdRun) stop() {
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
 	}
-	for _, sid := range f.silenced {
-		procs.KillSession(sid)
-	}
+	f.frozen.KillAll()
 }
 
 func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
@@ -241,8 +239,7 @@ func (f *fleetdRun) silence(node string) int {
 	if err != nil || in.PID <= 0 {
 		return 0
 	}
-	f.silenced = append(f.silenced, in.PID)
-	return procs.StopSession(in.PID)
+	return f.frozen.Stop(in.PID)
 }
 
 // notice injects a spot notice into the node's metadata service; known

@@ -240,25 +240,13 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	say("%s: training at world size 3 (%.0f MiB of state per worker)", sys.name(), sys.timeline().StateMiB(nodes))
 
 	// 1. A node killed without notice, mid checkpoint interval.
-	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
-		return res, err
-	}
-	v, err := sys.victim()
+	r, survivors, t0, err := lose(ctx, cfg, sys, nodes, scenKill, func(v string) (string, error) {
+		return "killed", sys.kill(v)
+	})
 	if err != nil {
 		return res, err
 	}
-	survivors := without(nodes, v)
-	t0 := time.Now()
-	if err := sys.kill(v); err != nil {
-		return res, err
-	}
-	say("%s: killed node %s at step %d", sys.name(), v, sys.timeline().MaxStep(nodes))
-	r := measure(ctx, sys, scenKill, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
-	if known := sys.lossKnown(v, t0); !known.IsZero() && r.missing == "" {
-		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
-	}
 	res[scenKill] = r
-	explain(sys, scenKill, t0, r)
 	if _, ok := sys.(*torchrun); ok { // fleetd's replacement joins on its own, usually before
 		if _, err := waitSteady(ctx, sys, 2, cfg.scenarioTimeout); err != nil {
 			return res, err
@@ -291,7 +279,8 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
 		return res, err
 	}
-	if v, err = sys.victim(); err != nil {
+	v, err := sys.victim()
+	if err != nil {
 		return res, err
 	}
 	survivors = without(nodes, v)
@@ -324,22 +313,39 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	if nodes, err = waitSteady(ctx, sys, 3, cfg.lead+cfg.scenarioTimeout); err != nil {
 		return res, err
 	}
+	r, _, _, err = lose(ctx, cfg, sys, nodes, scenKillSilent, func(v string) (string, error) {
+		return fmt.Sprintf("silenced (SIGSTOP to %d processes)", sys.silence(v)), nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res[scenKillSilent] = r
+	return res, nil
+}
+
+// lose takes a node other than rank 0's out, mid checkpoint interval, with
+// act (which says what it did), and measures the survivors' recovery.
+func lose(ctx context.Context, cfg config, sys system, nodes []string, scen string, act func(v string) (string, error)) (result, []string, time.Time, error) {
 	if err := waitOffset(ctx, sys, nodes, cfg); err != nil {
-		return res, err
+		return result{}, nil, time.Time{}, err
 	}
-	if v, err = sys.victim(); err != nil {
-		return res, err
+	v, err := sys.victim()
+	if err != nil {
+		return result{}, nil, time.Time{}, err
 	}
-	survivors = without(nodes, v)
-	t0 = time.Now()
-	say("%s: node %s silenced (SIGSTOP to its %d processes) at step %d", sys.name(), v, sys.silence(v), sys.timeline().MaxStep(nodes))
-	r = measure(ctx, sys, scenKillSilent, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
+	survivors := without(nodes, v)
+	t0 := time.Now()
+	what, err := act(v)
+	if err != nil {
+		return result{}, nil, time.Time{}, err
+	}
+	say("%s: node %s %s at step %d", sys.name(), v, what, sys.timeline().MaxStep(nodes))
+	r := measure(ctx, sys, scen, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
 	if known := sys.lossKnown(v, t0); !known.IsZero() && r.missing == "" {
 		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
 	}
-	res[scenKillSilent] = r
-	explain(sys, scenKillSilent, t0, r)
-	return res, nil
+	explain(sys, scen, t0, r)
+	return r, survivors, t0, nil
 }
 
 // waitSteady waits until n live nodes train at world size n for 3 s.

@@ -30,7 +30,7 @@ type torchrun struct {
 	tl       *Timeline
 	mu       sync.Mutex
 	nodes    map[string]*trNode
-	silent   []*trNode              // SIGSTOPped nodes, killed by stop
+	frozen   procs.Frozen           // SIGSTOPped nodes, killed by stop
 	rdzv     map[string][]time.Time // "Rendezvous'ing worker group" per node
 	log      []note
 	next     byte
@@ -169,10 +169,7 @@ func (t *torchrun) victim() (string, error) {
 }
 
 func (t *torchrun) kill(name string) error {
-	t.mu.Lock()
-	n := t.nodes[name]
-	delete(t.nodes, name)
-	t.mu.Unlock()
+	n := t.take(name)
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
@@ -208,15 +205,19 @@ func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time,
 
 // silence stops every process of the node's session (SIGSTOP); stop kills it.
 func (t *torchrun) silence(name string) int {
+	if n := t.take(name); n != nil {
+		return t.frozen.Stop(n.cmd.Process.Pid)
+	}
+	return 0
+}
+
+// take removes node name from the live ones and returns it (nil: none).
+func (t *torchrun) take(name string) *trNode {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	n := t.nodes[name]
 	delete(t.nodes, name)
-	t.silent = append(t.silent, n)
-	t.mu.Unlock()
-	if n == nil {
-		return 0
-	}
-	return procs.StopSession(n.cmd.Process.Pid)
+	return n
 }
 
 // notice: torchrun has nothing that reads a notice; the node dies at the
@@ -250,13 +251,5 @@ func (t *torchrun) stop() {
 	for _, n := range t.live() {
 		_ = t.kill(n)
 	}
-	t.mu.Lock()
-	silent := t.silent
-	t.silent = nil
-	t.mu.Unlock()
-	for _, n := range silent {
-		if n != nil {
-			procs.KillSession(n.cmd.Process.Pid) // SIGKILL ends stopped processes too
-		}
-	}
+	t.frozen.KillAll()
 }

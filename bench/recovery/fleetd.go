@@ -32,9 +32,9 @@ type fleetdRun struct {
 	daemon *devd.Daemon
 	client *api.Client
 
-	mu       sync.Mutex
-	tl       *Timeline
-	silenced []int // sessions stopped by kill_silent, killed by stop
+	mu     sync.Mutex
+	tl     *Timeline
+	frozen procs.Frozen // sessions stopped by kill_silent, killed by stop
 }
 
 const benchFleet = "bench"
@@ -118,9 +118,7 @@ func (f *fleetdRun) stop() {
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
 	}
-	for _, sid := range f.silenced {
-		procs.KillSession(sid)
-	}
+	f.frozen.KillAll()
 }
 
 func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
@@ -347,8 +345,7 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	}
 	survivors = without(nodes, v)
 	t0 = time.Now()
-	f.silenced = append(f.silenced, sid)
-	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, procs.StopSession(sid))
+	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.frozen.Stop(sid))
 	res[scenKillSilent] = measure(ctx, "fleetd", scenKillSilent, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
 	f.explain(ctx, scenKillSilent, t0, res[scenKillSilent])
 	return res, nil

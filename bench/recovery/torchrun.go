@@ -31,7 +31,7 @@ type torchrun struct {
 	tl       *Timeline
 	mu       sync.Mutex
 	nodes    map[string]*trNode
-	silent   []*trNode              // SIGSTOPped nodes, killed by stop
+	frozen   procs.Frozen           // SIGSTOPped nodes, killed by stop
 	rdzvLogs map[string][]time.Time // arrival of "Rendezvous'ing worker group"
 	notes    []note                 // the agents' log lines that explain a recovery
 }
@@ -148,10 +148,7 @@ func (t *torchrun) pump(name string, r io.ReadCloser, logf io.Writer) {
 
 // kill powers a node off: SIGKILL to its whole session.
 func (t *torchrun) kill(name string) error {
-	t.mu.Lock()
-	n := t.nodes[name]
-	delete(t.nodes, name)
-	t.mu.Unlock()
+	n := t.take(name)
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
@@ -169,14 +166,8 @@ func (t *torchrun) stop() {
 	for name := range t.nodes {
 		names = append(names, name)
 	}
-	silent := t.silent
-	t.silent = nil
 	t.mu.Unlock()
-	for _, n := range silent {
-		if n != nil {
-			procs.KillSession(n.cmd.Process.Pid) // SIGKILL ends stopped processes too
-		}
-	}
+	t.frozen.KillAll()
 	for _, name := range names {
 		_ = t.kill(name)
 	}
@@ -320,15 +311,19 @@ func (t *torchrun) addNode(ctx context.Context, name string) (result, error) {
 // silence stops every process of node's session and keeps the node (its
 // processes stay until stop kills them, as a stopped VM's sockets stay open).
 func (t *torchrun) silence(name string) int {
+	if n := t.take(name); n != nil {
+		return t.frozen.Stop(n.cmd.Process.Pid)
+	}
+	return 0
+}
+
+// take removes node name from the live ones and returns it (nil: none).
+func (t *torchrun) take(name string) *trNode {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	n := t.nodes[name]
 	delete(t.nodes, name)
-	t.silent = append(t.silent, n)
-	t.mu.Unlock()
-	if n == nil {
-		return 0
-	}
-	return procs.StopSession(n.cmd.Process.Pid)
+	return n
 }
 
 func (t *torchrun) explain(scen string, t0 time.Time, r result) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -110,6 +111,32 @@ func StopSession(sid int) int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return len(stopped)
+}
+
+// Frozen remembers the sessions it stopped (StopSession), so that a
+// benchmark ends them however its run ends.
+type Frozen struct {
+	mu   sync.Mutex
+	sids []int
+}
+
+// Stop freezes session sid and returns how many processes it stopped.
+func (f *Frozen) Stop(sid int) int {
+	f.mu.Lock()
+	f.sids = append(f.sids, sid)
+	f.mu.Unlock()
+	return StopSession(sid)
+}
+
+// KillAll SIGKILLs every session Stop froze (stopped processes die of it).
+func (f *Frozen) KillAll() {
+	f.mu.Lock()
+	sids := f.sids
+	f.sids = nil
+	f.mu.Unlock()
+	for _, sid := range sids {
+		KillSession(sid)
+	}
 }
 
 // FreePort returns a TCP port free on 127.0.0.1 right now.
