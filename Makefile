@@ -6,6 +6,17 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_TIMEOUT ?= 20m
+TEST_PKGS ?= ./...
+TEST_FLAGS ?=
+# Skips `make test` accepts; any other skip fails the run (scripts/testsummary).
+SKIPS_ALLOWED ?= .ci/skips-allowed.txt
+# go test -json through the summarizer: package lines as they finish, failed
+# tests' output, and every skip with its reason at the end. pipefail keeps
+# go test's own exit status too (a crash of the go command itself).
+define go_test_summarized
+set -o pipefail; $(GO) build -o bin/testsummary ./scripts/testsummary && \
+$(GO) test -json $(1) $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(TEST_PKGS) 2>&1 | bin/testsummary -allow $(SKIPS_ALLOWED)
+endef
 
 .DEFAULT_GOAL := help
 
@@ -18,12 +29,12 @@ build: ## Build bin/fleetd
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fleetd
 
 .PHONY: test
-test: ## Run all tests (what CI runs)
-	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+test: ## Run all tests (what CI runs); fails on a skip not in .ci/skips-allowed.txt
+	@$(call go_test_summarized,)
 
 .PHONY: test-race
 test-race: ## Run all tests with the race detector
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	@$(call go_test_summarized,-race)
 
 .PHONY: lint
 lint: ## gofmt check and go vet
@@ -36,7 +47,7 @@ demo: build ## Run the demo: a local fleet surviving a spot interruption
 	$(GO) run ./examples/demo -bin $(BIN)
 
 .PHONY: bench
-bench: build ## Run the benchmarks (bench/run.sh, about 25 min) and print their figures
+bench: build ## Run the benchmarks (bench/run.sh, about 25 min); fails on any missed target (BENCH_STRICT=0: report only)
 	FLEETD_BIN=$(BIN) bench/run.sh
 
 .PHONY: fuzz

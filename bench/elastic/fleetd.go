@@ -33,8 +33,9 @@ type fleetdRun struct {
 	daemon *devd.Daemon
 	client *api.Client
 
-	mu sync.Mutex
-	tl *Timeline
+	mu     sync.Mutex
+	tl     *Timeline
+	frozen procs.Frozen // sessions stopped by kill_silent, killed by stop
 }
 
 const benchFleet = "bench"
@@ -118,6 +119,7 @@ func (f *fleetdRun) stop() {
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
 	}
+	f.frozen.KillAll()
 }
 
 func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
@@ -210,17 +212,34 @@ func (f *fleetdRun) events(ctx context.Context) []state.Event {
 
 // add waits for the replacement the daemon launched for the lost node to
 // join the rendezvous (the daemon's member_joined event).
-func (f *fleetdRun) add(ctx context.Context, since time.Time) (string, time.Time, error) {
+func (f *fleetdRun) add(ctx context.Context, since time.Time) (string, time.Time, time.Time, error) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, e := range f.events(ctx) {
 			if e.Type == "rendezvous.member_joined" && !e.Time.Before(since) {
-				return e.Node, e.Time, nil
+				in, err := devd.Find(f.stateDir(), e.Node)
+				if err != nil {
+					return "", time.Time{}, time.Time{}, err
+				}
+				started, err := in.AgentStarted()
+				if err != nil {
+					return "", time.Time{}, time.Time{}, fmt.Errorf("%s: %w", e.Node, err)
+				}
+				return e.Node, e.Time, started, nil
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return "", time.Time{}, errors.New("no replacement joined the rendezvous")
+	return "", time.Time{}, time.Time{}, errors.New("no replacement joined the rendezvous")
+}
+
+// silence stops every process of the node's session (SIGSTOP); stop kills it.
+func (f *fleetdRun) silence(node string) int {
+	in, err := devd.Find(f.stateDir(), node)
+	if err != nil || in.PID <= 0 {
+		return 0
+	}
+	return f.frozen.Stop(in.PID)
 }
 
 // notice injects a spot notice into the node's metadata service; known

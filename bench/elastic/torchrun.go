@@ -15,23 +15,25 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/procs"
+	"github.com/fleetd/fleetd/bench/internal/trargs"
 )
 
-// torchrun runs the job under Debian's torchrun 1.13 (`python3 -m
-// torch.distributed.run -r 1 -t 1`): three agent processes ("nodes" A, B,
-// C, each its own session), c10d rendezvous hosted by node A, torchrun's
-// defaults otherwise (monitor_interval 5 s, last_call 30 s). max_restarts
-// is raised from 0, or the first lost node would end the job.
+// torchrun runs the job under Debian's torchrun 1.13: three agent
+// processes ("nodes" A, B, C, each its own session), c10d rendezvous
+// hosted by node A, at fleetd's timeouts ("torchrun", the headline) or at
+// torchrun's defaults ("torchrun-defaults"); see package trargs.
 type torchrun struct {
-	cfg   config
-	dir   string
-	port  int
-	tl    *Timeline
-	mu    sync.Mutex
-	nodes map[string]*trNode
-	rdzv  map[string][]time.Time // "Rendezvous'ing worker group" per node
-	log   []note
-	next  byte
+	cfg      config
+	defaults bool
+	dir      string
+	port     int
+	tl       *Timeline
+	mu       sync.Mutex
+	nodes    map[string]*trNode
+	frozen   procs.Frozen           // SIGSTOPped nodes, killed by stop
+	rdzv     map[string][]time.Time // "Rendezvous'ing worker group" per node
+	log      []note
+	next     byte
 }
 
 type trNode struct {
@@ -47,16 +49,22 @@ const (
 var torchrunMarkers = []string{"Worker group FAILED", rendezvousLine, "Rendezvous complete", "Stopping worker group",
 	"Starting worker group", "failed (exitcode"}
 
-func newTorchrun(cfg config, dir string) (*torchrun, error) {
+func newTorchrun(cfg config, defaults bool, dir string) (*torchrun, error) {
 	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return &torchrun{cfg: cfg, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{},
+	return &torchrun{cfg: cfg, defaults: defaults, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{},
 		rdzv: map[string][]time.Time{}, next: 'A'}, nil
 }
 
-func (t *torchrun) name() string        { return "torchrun" }
+func (t *torchrun) name() string {
+	if t.defaults {
+		return sysTorchrunDefaults
+	}
+	return sysTorchrun
+}
+
 func (t *torchrun) timeline() *Timeline { return t.tl }
 
 func (t *torchrun) startNode() (string, error) {
@@ -64,14 +72,12 @@ func (t *torchrun) startNode() (string, error) {
 	name := string(t.next)
 	t.next++
 	t.mu.Unlock()
-	host := "0"
-	if name == torchrunHost {
-		host = "1"
+	profile := trargs.FleetdTimeouts
+	if t.defaults {
+		profile = trargs.Defaults
 	}
-	args := append([]string{"-m", "torch.distributed.run", "-r", "1", "-t", "1", "--nnodes=2:3", "--nproc_per_node=1",
-		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", t.port), "--rdzv_id=bench",
-		"--rdzv_conf=is_host=" + host, "--max_restarts=10", "--log_dir=" + filepath.Join(t.dir, "logs-"+name), t.cfg.script},
-		t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))...)
+	args := trargs.Node{Profile: profile, Launcher: t.cfg.keepAliveLauncher, Port: t.port, Host: name == torchrunHost, Nnodes: "2:3",
+		LogDir: filepath.Join(t.dir, "logs-"+name), Script: t.cfg.script, Train: t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))}.Args()
 	logf, err := os.Create(filepath.Join(t.dir, "torchrun-"+name+".log"))
 	if err != nil {
 		return "", err
@@ -163,10 +169,7 @@ func (t *torchrun) victim() (string, error) {
 }
 
 func (t *torchrun) kill(name string) error {
-	t.mu.Lock()
-	n := t.nodes[name]
-	delete(t.nodes, name)
-	t.mu.Unlock()
+	n := t.take(name)
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
@@ -179,10 +182,11 @@ func (t *torchrun) kill(name string) error {
 }
 
 // add starts a fourth agent; the join is its entering the rendezvous.
-func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time, error) {
+func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time, time.Time, error) {
+	started := time.Now()
 	name, err := t.startNode()
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, time.Time{}, err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -190,13 +194,30 @@ func (t *torchrun) add(ctx context.Context, since time.Time) (string, time.Time,
 		for _, at := range t.rdzv[name] {
 			if !at.Before(since) {
 				t.mu.Unlock()
-				return name, at, nil
+				return name, at, started, nil
 			}
 		}
 		t.mu.Unlock()
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "", time.Time{}, fmt.Errorf("torchrun node %s did not enter the rendezvous", name)
+	return "", time.Time{}, time.Time{}, fmt.Errorf("torchrun node %s did not enter the rendezvous", name)
+}
+
+// silence stops every process of the node's session (SIGSTOP); stop kills it.
+func (t *torchrun) silence(name string) int {
+	if n := t.take(name); n != nil {
+		return t.frozen.Stop(n.cmd.Process.Pid)
+	}
+	return 0
+}
+
+// take removes node name from the live ones and returns it (nil: none).
+func (t *torchrun) take(name string) *trNode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[name]
+	delete(t.nodes, name)
+	return n
 }
 
 // notice: torchrun has nothing that reads a notice; the node dies at the
@@ -230,4 +251,5 @@ func (t *torchrun) stop() {
 	for _, n := range t.live() {
 		_ = t.kill(n)
 	}
+	t.frozen.KillAll()
 }

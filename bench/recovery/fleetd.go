@@ -32,8 +32,9 @@ type fleetdRun struct {
 	daemon *devd.Daemon
 	client *api.Client
 
-	mu sync.Mutex
-	tl *Timeline
+	mu     sync.Mutex
+	tl     *Timeline
+	frozen procs.Frozen // sessions stopped by kill_silent, killed by stop
 }
 
 const benchFleet = "bench"
@@ -117,6 +118,7 @@ func (f *fleetdRun) stop() {
 	for _, n := range f.instances() {
 		procs.KillSession(n.PID)
 	}
+	f.frozen.KillAll()
 }
 
 func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
@@ -282,14 +284,26 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	f.explain(ctx, scenKill, t0, res[scenKill])
 
 	// 3. A node added: the replacement fleetd launched for the lost node,
-	// measured from its agent's rendezvous join.
+	// timed from its agent process's start (as torchrun's), which warms
+	// its interpreters before it joins; from the join too, for information.
 	added, joinAt, err := f.joinedAfter(ctx, nodes, t0, 2*time.Minute)
 	if err != nil {
 		return res, err
 	}
-	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill", added, joinAt.Sub(t0).Seconds())
+	in, err := devd.Find(f.stateDir(), added)
+	if err != nil {
+		return res, err
+	}
+	started, err := in.AgentStarted()
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", added, err)
+	}
+	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill, %.2fs after its agent started", added,
+		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
 	all := append(append([]string(nil), survivors...), added)
-	res[scenAdd] = measure(ctx, "fleetd", scenAdd, f.timeline, all, joinAt, 3, f.cfg.scenarioTimeout)
+	r := measure(ctx, "fleetd", scenAdd, f.timeline, all, joinAt, 3, f.cfg.scenarioTimeout)
+	r.fromEarlier(joinAt.Sub(started), "from_rendezvous_join")
+	res[scenAdd] = r
 	f.explain(ctx, scenAdd, joinAt, res[scenAdd])
 	if nodes, err = f.waitNodes(ctx, 3, f.cfg.scenarioTimeout); err != nil {
 		return res, err
@@ -309,8 +323,31 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 		return res, fmt.Errorf("interrupt %s: %w", v, err)
 	}
 	say("fleetd: spot notice injected on node %s (deadline in %s)", v, f.cfg.lead)
-	res[scenNotice] = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	r = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	if r.missing == "" {
+		// negative: the survivors trained again before the node died
+		r.extra["from_node_death"] = r.seconds() - f.cfg.lead.Seconds()
+	}
+	res[scenNotice] = r
 	f.explain(ctx, scenNotice, t0, res[scenNotice])
+
+	// 4. A node that goes silent (SIGSTOP to its session): the daemon
+	// learns of it only when its heartbeats stop for dead_after. The
+	// notice's replacement first makes three nodes again.
+	if nodes, err = f.waitNodes(ctx, 3, f.cfg.lead+f.cfg.scenarioTimeout); err != nil {
+		return res, err
+	}
+	if v, err = f.victim(nodes); err != nil {
+		return res, err
+	}
+	if sid, err = f.session(v); err != nil {
+		return res, err
+	}
+	survivors = without(nodes, v)
+	t0 = time.Now()
+	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.frozen.Stop(sid))
+	res[scenKillSilent] = measure(ctx, "fleetd", scenKillSilent, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	f.explain(ctx, scenKillSilent, t0, res[scenKillSilent])
 	return res, nil
 }
 
@@ -333,7 +370,7 @@ func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r re
 		from = resp.Next
 	}
 	for _, in := range f.instances() {
-		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log"))...)
+		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], in.AgentLog())...)
 	}
 	explain("fleetd", scen, t0, r, f.timeline(), notes)
 }

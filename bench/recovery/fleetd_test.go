@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,34 +43,43 @@ func TestFleetdSpec(t *testing.T) {
 }
 
 func TestTorchrunArgv(t *testing.T) {
-	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
-	tr, err := newTorchrun(cfg, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", keepAliveLauncher: "/abs/torchrun_keepalive.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
 	for _, tt := range []struct {
-		node   string
-		isHost string
-	}{{"A", "1"}, {"B", "0"}, {"D", "0"}} {
+		defaults bool
+		node     string
+		launcher []string // argv before "-r 1 -t 1"
+		want     []string
+		notWant  string
+	}{
+		{false, "A", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=1,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, "torch.distributed.run"},
+		{false, "D", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=0,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, ""},
+		{true, "A", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=1"}, "--monitor_interval=0.1"},
+		{true, "B", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=0"}, cfg.keepAliveLauncher},
+	} {
+		tr, err := newTorchrun(cfg, tt.defaults, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
 		argv := tr.argv(tt.node)
 		has := map[string]bool{}
 		for _, a := range argv {
 			has[a] = true
 		}
-		for _, want := range []string{"torch.distributed.run", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_conf=is_host=" + tt.isHost, "--max_restarts=10", cfg.script} {
+		for _, want := range append([]string{"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--max_restarts=10", cfg.script}, tt.want...) {
 			if !has[want] {
-				t.Errorf("node %s: argv %q lacks %q", tt.node, argv, want)
+				t.Errorf("%s node %s: argv %q lacks %q", tr.name(), tt.node, argv, want)
 			}
 		}
-		if argv[2] != "-r" || argv[3] != "1" || argv[4] != "-t" || argv[5] != "1" {
-			t.Errorf("node %s: argv %q does not start with -m torch.distributed.run -r 1 -t 1", tt.node, argv)
+		if tt.notWant != "" && has[tt.notWant] {
+			t.Errorf("%s node %s: argv %q has %q", tr.name(), tt.node, argv, tt.notWant)
+		}
+		n := len(tt.launcher)
+		if !slices.Equal(argv[:n], tt.launcher) || !slices.Equal(argv[n:n+4], []string{"-r", "1", "-t", "1"}) {
+			t.Errorf("%s node %s: argv %q does not start with %q -r 1 -t 1", tr.name(), tt.node, argv, tt.launcher)
 		}
 		train := cfg.trainArgs(tr.dir + "/ckpt")
-		tail := argv[len(argv)-len(train):]
-		for i := range train {
-			if tail[i] != train[i] {
-				t.Fatalf("node %s: worker args %q, want %q", tt.node, tail, train)
-			}
+		if tail := argv[len(argv)-len(train)-1:]; tail[0] != cfg.script || !slices.Equal(tail[1:], train) {
+			t.Fatalf("%s node %s: worker command %q, want %s %q", tr.name(), tt.node, tail, cfg.script, train)
 		}
 	}
 }

@@ -15,21 +15,23 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/procs"
+	"github.com/fleetd/fleetd/bench/internal/trargs"
 )
 
-// torchrun runs the job under `python3 -m torch.distributed.run` (Debian's
-// torchrun 1.13): three agent processes on this machine ("nodes" A, B, C,
-// each its own session), c10d rendezvous hosted by node A, everything
-// else at torchrun's defaults (monitor_interval 5 s, last_call 30 s,
-// keep-alive 5 s × 3). max_restarts is raised from its default 0, or the
-// first lost node would end the job.
+// torchrun runs the job under Debian's torchrun 1.13: three agent
+// processes on this machine ("nodes" A, B, C, each its own session), c10d
+// rendezvous hosted by node A, at fleetd's timeouts (the headline) or at
+// torchrun's defaults (package trargs). The workers' collective timeout is
+// the training script's, the same under fleetd.
 type torchrun struct {
 	cfg      config
+	defaults bool // torchrun's defaults, not fleetd's timeouts
 	dir      string
 	port     int
 	tl       *Timeline
 	mu       sync.Mutex
 	nodes    map[string]*trNode
+	frozen   procs.Frozen           // SIGSTOPped nodes, killed by stop
 	rdzvLogs map[string][]time.Time // arrival of "Rendezvous'ing worker group"
 	notes    []note                 // the agents' log lines that explain a recovery
 }
@@ -52,27 +54,32 @@ const rendezvousLine = "Rendezvous'ing worker group"
 // (losing it ends a torchrun job: a fleetd job has no such node).
 const torchrunHost = "A"
 
-func newTorchrun(cfg config, dir string) (*torchrun, error) {
+func newTorchrun(cfg config, defaults bool, dir string) (*torchrun, error) {
 	port, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return &torchrun{cfg: cfg, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{}, rdzvLogs: map[string][]time.Time{}}, nil
+	return &torchrun{cfg: cfg, defaults: defaults, dir: dir, port: port, tl: NewTimeline(), nodes: map[string]*trNode{}, rdzvLogs: map[string][]time.Time{}}, nil
+}
+
+// name is the system's name in figures.
+func (t *torchrun) name() string {
+	if t.defaults {
+		return sysTorchrunDefaults
+	}
+	return sysTorchrun
 }
 
 func (t *torchrun) timeline() *Timeline { return t.tl }
 
 // argv is one torchrun agent's command line.
 func (t *torchrun) argv(name string) []string {
-	isHost := "0"
-	if name == torchrunHost {
-		isHost = "1"
+	profile := trargs.FleetdTimeouts
+	if t.defaults {
+		profile = trargs.Defaults
 	}
-	args := []string{"-m", "torch.distributed.run", "-r", "1", "-t", "1",
-		"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
-		fmt.Sprintf("--rdzv_endpoint=127.0.0.1:%d", t.port), "--rdzv_id=bench", "--rdzv_conf=is_host=" + isHost,
-		"--max_restarts=10", "--log_dir=" + filepath.Join(t.dir, "logs-"+name), t.cfg.script}
-	return append(args, t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))...)
+	return trargs.Node{Profile: profile, Launcher: t.cfg.keepAliveLauncher, Port: t.port, Host: name == torchrunHost, Nnodes: "2:3",
+		LogDir: filepath.Join(t.dir, "logs-"+name), Script: t.cfg.script, Train: t.cfg.trainArgs(filepath.Join(t.dir, "ckpt"))}.Args()
 }
 
 // startNode starts one torchrun agent in a session of its own and feeds
@@ -141,10 +148,7 @@ func (t *torchrun) pump(name string, r io.ReadCloser, logf io.Writer) {
 
 // kill powers a node off: SIGKILL to its whole session.
 func (t *torchrun) kill(name string) error {
-	t.mu.Lock()
-	n := t.nodes[name]
-	delete(t.nodes, name)
-	t.mu.Unlock()
+	n := t.take(name)
 	if n == nil {
 		return fmt.Errorf("no torchrun node %s", name)
 	}
@@ -163,6 +167,7 @@ func (t *torchrun) stop() {
 		names = append(names, name)
 	}
 	t.mu.Unlock()
+	t.frozen.KillAll()
 	for _, name := range names {
 		_ = t.kill(name)
 	}
@@ -191,18 +196,19 @@ func (t *torchrun) victim() (string, error) {
 	return "", fmt.Errorf("no torchrun node other than the store host and rank 0 among %v", t.live())
 }
 
-// run plays the three scenarios and returns their results.
+// run plays the scenarios and returns their results.
 func (t *torchrun) run(ctx context.Context) (map[string]result, error) {
 	res := map[string]result{}
 	defer t.stop()
+	sys := t.name()
 	for _, n := range []string{"A", "B", "C"} {
 		if err := t.startNode(n); err != nil {
 			return res, err
 		}
 	}
-	say("torchrun: 3 agents started (c10d store on node A, 127.0.0.1:%d)", t.port)
+	say("%s: 3 agents started (c10d store on node A, 127.0.0.1:%d)", sys, t.port)
 	if err := waitSteady(ctx, t.timeline, t.live(), 3, 3*time.Second, t.cfg.startTimeout); err != nil {
-		return res, fmt.Errorf("torchrun never trained at world size 3: %w", err)
+		return res, fmt.Errorf("%s never trained at world size 3: %w", sys, err)
 	}
 
 	// 1. A node killed without notice.
@@ -215,44 +221,31 @@ func (t *torchrun) run(ctx context.Context) (map[string]result, error) {
 	if err := t.kill(v); err != nil {
 		return res, err
 	}
-	say("torchrun: killed node %s (SIGKILL to its session)", v)
-	res[scenKill] = measure(ctx, "torchrun", scenKill, t.timeline, survivors, t0, 0, t.cfg.scenarioTimeout)
+	say("%s: killed node %s (SIGKILL to its session)", sys, v)
+	res[scenKill] = measure(ctx, sys, scenKill, t.timeline, survivors, t0, 0, t.cfg.scenarioTimeout)
 	t.explain(scenKill, t0, res[scenKill])
 	if err := waitSteady(ctx, t.timeline, survivors, 2, 2*time.Second, t.cfg.scenarioTimeout); err != nil {
-		return res, fmt.Errorf("torchrun survivors not steady at world size 2: %w", err)
+		return res, fmt.Errorf("%s survivors not steady at world size 2: %w", sys, err)
 	}
 
-	// 3. A node added: measured from its agent entering the rendezvous
-	// (and, for information, from its process start).
-	if err := t.startNode("D"); err != nil {
-		return res, err
-	}
-	started := time.Now()
-	joinAt, err := t.waitRendezvousLine(ctx, "D", started, time.Minute)
+	// 2. A node added, timed from its agent's process start as fleetd's
+	// is (from the rendezvous entry too, for information).
+	r, err := t.addNode(ctx, "D")
+	res[scenAdd] = r
 	if err != nil {
 		return res, err
 	}
-	say("torchrun: node D entered the rendezvous %.2fs after its start", joinAt.Sub(started).Seconds())
-	all := t.live()
-	r := measure(ctx, "torchrun", scenAdd, t.timeline, all, joinAt, 3, t.cfg.scenarioTimeout)
-	if r.missing == "" {
-		r.extra["from_process_start"] = r.seconds() + joinAt.Sub(started).Seconds()
-	}
-	res[scenAdd] = r
-	t.explain(scenAdd, joinAt, r)
-	if err := waitSteady(ctx, t.timeline, all, 3, 2*time.Second, t.cfg.scenarioTimeout); err != nil {
-		return res, fmt.Errorf("torchrun not steady at world size 3 after adding D: %w", err)
-	}
 
-	// 2. A spot notice: torchrun has nothing that reads it, so training
-	// goes on until the node dies at the deadline.
+	// 3. A spot notice: torchrun has nothing that reads it, so training
+	// goes on until the node dies at the deadline; the figure is timed
+	// from that death (the lead is reported on its own).
 	v, err = t.victim()
 	if err != nil {
 		return res, err
 	}
 	survivors = without(t.live(), v)
-	t0 = time.Now()
-	say("torchrun: spot notice for node %s (torchrun cannot act on it; the node dies in %s)", v, t.cfg.lead)
+	notice := time.Now()
+	say("%s: spot notice for node %s (torchrun cannot act on it; the node dies in %s)", sys, v, t.cfg.lead)
 	select {
 	case <-ctx.Done():
 		return res, ctx.Err()
@@ -262,21 +255,82 @@ func (t *torchrun) run(ctx context.Context) (map[string]result, error) {
 	if err := t.kill(v); err != nil {
 		return res, err
 	}
-	say("torchrun: node %s reclaimed at the notice deadline", v)
-	r = measure(ctx, "torchrun", scenNotice, t.timeline, survivors, t0, 0, t.cfg.lead+t.cfg.scenarioTimeout)
+	say("%s: node %s reclaimed at the notice deadline", sys, v)
+	r = measure(ctx, sys, scenNotice, t.timeline, survivors, death, 0, t.cfg.scenarioTimeout)
 	if r.missing == "" {
-		r.extra["from_node_death"] = r.seconds() - death.Sub(t0).Seconds()
+		r.extra["from_notice"] = r.seconds() + death.Sub(notice).Seconds()
 	}
 	res[scenNotice] = r
-	t.explain(scenNotice, t0, r)
+	t.explain(scenNotice, death, r)
+	if err := waitSteady(ctx, t.timeline, survivors, 2, 2*time.Second, t.cfg.scenarioTimeout); err != nil {
+		return res, fmt.Errorf("%s survivors not steady at world size 2: %w", sys, err)
+	}
+
+	// 4. A node that goes silent, as a vanished VM does: its processes
+	// are stopped (SIGSTOP), so no connection is reset and the survivors
+	// learn of it only through their timeouts. A third node first.
+	if _, err := t.addNode(ctx, "E"); err != nil {
+		return res, err
+	}
+	if v, err = t.victim(); err != nil {
+		return res, err
+	}
+	survivors = without(t.live(), v)
+	t0 = time.Now()
+	stopped := t.silence(v)
+	say("%s: node %s silenced (SIGSTOP to its %d processes)", sys, v, stopped)
+	res[scenKillSilent] = measure(ctx, sys, scenKillSilent, t.timeline, survivors, t0, 0, t.cfg.scenarioTimeout)
+	t.explain(scenKillSilent, t0, res[scenKillSilent])
 	return res, nil
+}
+
+// addNode starts a torchrun agent and measures until all live nodes train
+// at world size 3, from the agent process's start (the headline, the same
+// event as fleetd's agent start) and from its entering the rendezvous.
+func (t *torchrun) addNode(ctx context.Context, name string) (result, error) {
+	sys := t.name()
+	started := time.Now()
+	if err := t.startNode(name); err != nil {
+		return result{missing: err.Error()}, err
+	}
+	joinAt, err := t.waitRendezvousLine(ctx, name, started, time.Minute)
+	if err != nil {
+		return result{missing: err.Error()}, err
+	}
+	say("%s: node %s entered the rendezvous %.2fs after its start", sys, name, joinAt.Sub(started).Seconds())
+	all := t.live()
+	r := measure(ctx, sys, scenAdd, t.timeline, all, joinAt, 3, t.cfg.scenarioTimeout)
+	r.fromEarlier(joinAt.Sub(started), "from_rendezvous_join")
+	t.explain(scenAdd, joinAt, r)
+	if err := waitSteady(ctx, t.timeline, all, 3, 2*time.Second, t.cfg.scenarioTimeout); err != nil {
+		return r, fmt.Errorf("%s not steady at world size 3 after adding %s: %w", sys, name, err)
+	}
+	return r, nil
+}
+
+// silence stops every process of node's session and keeps the node (its
+// processes stay until stop kills them, as a stopped VM's sockets stay open).
+func (t *torchrun) silence(name string) int {
+	if n := t.take(name); n != nil {
+		return t.frozen.Stop(n.cmd.Process.Pid)
+	}
+	return 0
+}
+
+// take removes node name from the live ones and returns it (nil: none).
+func (t *torchrun) take(name string) *trNode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[name]
+	delete(t.nodes, name)
+	return n
 }
 
 func (t *torchrun) explain(scen string, t0 time.Time, r result) {
 	t.mu.Lock()
 	notes := append([]note(nil), t.notes...)
 	t.mu.Unlock()
-	explain("torchrun", scen, t0, r, t.tl, notes)
+	explain(t.name(), scen, t0, r, t.tl, notes)
 }
 
 // waitRendezvousLine waits for node's agent to log that it enters the

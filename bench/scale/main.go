@@ -119,6 +119,10 @@ func main() {
 		}
 	}
 	fmt.Printf("scale: %d figure(s) missed their target\n", failed)
+	if failed > 0 {
+		pprof.StopCPUProfile() // os.Exit skips the deferred one
+		os.Exit(1)             // bench/run.sh counts a program that fails as a miss
+	}
 }
 
 // params size every benchmark; the defaults are the figures.

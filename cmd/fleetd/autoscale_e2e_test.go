@@ -214,10 +214,7 @@ func TestAutoscalerSettlesByThroughput(t *testing.T) {
 		}
 	}
 
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Logf("dashboard check skipped: no chromium at %s", chromiumPath)
-		return
-	}
+	requireChromium(t)
 	checkDashboardProgress(t, d)
 	t.Logf("whole test: %s", time.Since(began).Round(time.Second))
 }

@@ -260,10 +260,7 @@ func TestCheckpointsTravel(t *testing.T) {
 	}
 
 	// The dashboard shows both.
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Logf("no dashboard check: %s missing", chromiumPath)
-		return
-	}
+	requireChromium(t)
 	if text, _ := dashboardCheckpoint(t, d, "nostore", "failing (not-found"); !strings.Contains(text, "s3://no-such-bucket/p (signed)") {
 		t.Errorf("dashboard, nostore: %q", text)
 	}

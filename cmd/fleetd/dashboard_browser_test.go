@@ -24,6 +24,15 @@ import (
 // chromiumPath is Debian's chromium package (apt-get install chromium).
 const chromiumPath = "/usr/bin/chromium"
 
+// requireChromium fails t without the browser: a dashboard check that
+// cannot run must not pass (.ci/run installs chromium).
+func requireChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("the dashboard check needs Debian's chromium at %s (apt-get install chromium; .ci/run installs it): %v", chromiumPath, err)
+	}
+}
+
 // startDevDaemonIn runs `fleetd serve -dev` in dir ("" for the test's
 // own) on a fixed data dir, reads the exported address and token from its
 // output, waits for /healthz, and prints the daemon's log tail if the test
@@ -148,9 +157,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary, local nodes and a browser")
 	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("headless browser test needs Debian's chromium at %s (apt-get install chromium): %v", chromiumPath, err)
-	}
+	requireChromium(t)
 	bin := fleetdBinary(t)
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {

@@ -121,3 +121,40 @@ func Instances(stateDir string) []Instance {
 	}
 	return out
 }
+
+// AgentLog is the node agent's log file (JSON lines) inside the instance.
+func (in Instance) AgentLog() string {
+	return filepath.Join(in.Dir, "root", "var", "log", "fleetd", "agent.log")
+}
+
+// AgentStarted is when the node's agent process logged its start: the
+// event a joining node is timed from, as a torchrun agent's process start.
+func (in Instance) AgentStarted() (time.Time, error) {
+	fh, err := os.Open(in.AgentLog())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("agent start: %w", err)
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "agent started" {
+			return l.Time, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("agent start: no \"agent started\" line in %s", in.AgentLog())
+}
+
+// Find returns the instance of node.
+func Find(stateDir, node string) (Instance, error) {
+	for _, in := range Instances(stateDir) {
+		if in.Tags[providers.TagNodeID] == node {
+			return in, nil
+		}
+	}
+	return Instance{}, fmt.Errorf("no local instance for node %s", node)
+}

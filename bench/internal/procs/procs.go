@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -84,6 +85,58 @@ func KillSession(sid int) int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return n
+}
+
+// StopSession freezes a session (SIGSTOP to every member) the way a VM
+// that vanishes goes quiet: its sockets stay open and send nothing, so
+// peers learn of it only through their timeouts. It repeats until a pass
+// finds no member it has not stopped (a process forked meanwhile) and
+// returns how many it stopped. KillSession ends stopped processes too.
+func StopSession(sid int) int {
+	if sid <= 1 {
+		return 0
+	}
+	stopped := map[int]bool{}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		fresh := 0
+		for _, pid := range SessionMembers(sid) {
+			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				stopped[pid] = true
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return len(stopped)
+}
+
+// Frozen remembers the sessions it stopped (StopSession), so that a
+// benchmark ends them however its run ends.
+type Frozen struct {
+	mu   sync.Mutex
+	sids []int
+}
+
+// Stop freezes session sid and returns how many processes it stopped.
+func (f *Frozen) Stop(sid int) int {
+	f.mu.Lock()
+	f.sids = append(f.sids, sid)
+	f.mu.Unlock()
+	return StopSession(sid)
+}
+
+// KillAll SIGKILLs every session Stop froze (stopped processes die of it).
+func (f *Frozen) KillAll() {
+	f.mu.Lock()
+	sids := f.sids
+	f.sids = nil
+	f.mu.Unlock()
+	for _, sid := range sids {
+		KillSession(sid)
+	}
 }
 
 // FreePort returns a TCP port free on 127.0.0.1 right now.

@@ -22,6 +22,7 @@ func TestFigureLine(t *testing.T) {
 		{"ratio", Figure{Name: "r", Value: 12.345, Unit: "x", Target: Target{AtLeast, 4}}, "FIGURE r = 12.35 x (target >= 4 x) PASS", true},
 		{"info", Figure{Name: "d", Value: 12.5, Unit: "MiB"}, "FIGURE d = 12.50 MiB (info)", true},
 		{"missing", Figure{Name: "e", Value: math.NaN(), Unit: "s", Target: Target{AtMost, 5}, Missing: "agent never joined"}, "FIGURE e = n/a s (target <= 5 s) FAIL MISSING: agent never joined", false},
+		{"missing info", Figure{Name: "f", Value: math.NaN(), Unit: "s", Missing: "never recovered"}, "FIGURE f = n/a s (info) FAIL MISSING: never recovered", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,8 +43,9 @@ func TestSummaryCountsFailures(t *testing.T) {
 	r.Check("bad", 3, "s", Less, 2)
 	r.Info("info", 7, "")
 	r.Missing("gone", "s", AtMost, 5, "no data")
-	if n := r.Summary("t"); n != 2 {
-		t.Fatalf("Summary = %d failures, want 2", n)
+	r.Missing("gone_info", "s", NoTarget, 0, "never recovered")
+	if n := r.Summary("t"); n != 3 {
+		t.Fatalf("Summary = %d failures, want 3", n)
 	}
 	if c := strings.Count(buf.String(), "FIGURE bad ="); c != 2 {
 		t.Errorf("figure printed %d times, want 2 (as measured and in the summary):\n%s", c, buf.String())
