@@ -147,6 +147,11 @@ func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Pr
 				where = "the daemon's own executable"
 			}
 			r.Status, r.Detail = providers.CheckOK, fmt.Sprintf("%s, for %s", where, strings.Join(types[arch], ", "))
+			if b.Flavor == bootstrap.FlavorFull {
+				// Works, but every node downloads the whole daemon.
+				r.Detail += fmt.Sprintf(" (the full fleetd, %d MB per node: no slim %s in %s)", b.Size>>20, bootstrap.AgentFlavorFileName(bootstrap.FlavorSlim, arch), looked)
+				r.Fix = bootstrap.AgentFix(arch, d.agents.Dirs)
+			}
 		case servable:
 			r.Status = providers.CheckUnavailable
 			r.Detail = fmt.Sprintf("no %s in %s: offerings of %s are left out of placement", bootstrap.AgentFileName(arch), looked, strings.Join(types[arch], ", "))
