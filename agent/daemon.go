@@ -112,7 +112,8 @@ func permanent(err error) bool {
 	var se *statusError
 	if errors.As(err, &se) {
 		switch se.Code {
-		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge:
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge,
+			http.StatusUpgradeRequired: // this agent's version is outside the daemon's window
 			return true
 		}
 		return false
