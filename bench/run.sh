@@ -3,7 +3,7 @@
 #
 #   make bench              # builds bin/fleetd first, then runs this
 #   BENCH_OUT=dir bench/run.sh   # keep logs and JSON figures in dir
-#   BENCH_ONLY=scale|recovery|ha|ckpt|elastic bench/run.sh
+#   BENCH_ONLY=scale|recovery|ha|ckpt|elastic|agent bench/run.sh
 #   BENCH_ELASTIC_SIZES=100 bench/run.sh   # elastic: model sizes in MiB (default 100,1024)
 #   BENCH_STRICT=1 bench/run.sh  # exit 1 when a figure misses its target
 #
@@ -41,6 +41,7 @@ go build -o "$tmp/recovery" ./bench/recovery || exit 1
 go build -o "$tmp/ha" ./bench/ha || exit 1
 go build -o "$tmp/ckpt" ./bench/ckpt || exit 1
 go build -o "$tmp/elastic" ./bench/elastic || exit 1
+go build -o "$tmp/agentboot" ./bench/agentboot || exit 1
 if [[ ! -x "$FLEETD_BIN" ]]; then
   echo "$FLEETD_BIN not found: run make build (make bench does)" >&2
   exit 1
@@ -73,6 +74,16 @@ if [[ "$ONLY" == all || "$ONLY" == elastic ]]; then
   "$tmp/elastic" -fleetd "$FLEETD_BIN" -python "$PYTHON" -sizes "$sizes" -json "$OUT/elastic.json" 2>&1 | tee "$OUT/elastic.log"
 fi
 
+if [[ "$ONLY" == all || "$ONLY" == agent ]]; then
+  # The slim agents as `make release` builds them (stripped, trimmed, static).
+  mkdir -p "$tmp/agents"
+  for arch in amd64 arm64; do
+    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$tmp/agents/fleetd-agent-linux-$arch" ./cmd/fleetd-agent || exit 1
+  done
+  echo "== agent: $tmp/agentboot -mode all -agent-dir $tmp/agents (sizes; boot on loopback and at 100 Mbit/s; 200 concurrent downloads)"
+  "$tmp/agentboot" -mode all -agent-dir "$tmp/agents" 2>&1 | tee "$OUT/agent.log"
+fi
+
 echo
 echo "================ fleetd benchmarks: summary ================"
 cat "$OUT/machine.txt"
@@ -81,7 +92,7 @@ echo "elapsed: $(( $(date +%s) - start )) s"
 # Each program repeats its figures after a "==== <name>: summary ====" line.
 # (only the logs of the benchmarks that ran: awk stops at a missing file)
 logs=()
-for f in "$OUT"/scale.log "$OUT"/recovery.log "$OUT"/ha.log "$OUT"/ckpt.log "$OUT"/elastic.log; do
+for f in "$OUT"/scale.log "$OUT"/recovery.log "$OUT"/ha.log "$OUT"/ckpt.log "$OUT"/elastic.log "$OUT"/agent.log; do
   if [[ -f "$f" ]]; then logs+=("$f"); fi
 done
 summary=$(awk 'FNR == 1 {on = 0} /^==== .*: summary ====$/ {on = 1; next} on && /^FIGURE / {print}' "${logs[@]}" 2>/dev/null)
