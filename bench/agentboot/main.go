@@ -34,7 +34,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -51,9 +50,8 @@ import (
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/fleettest"
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/providers"
-	"github.com/fleetd/fleetd/providers/providertest"
 )
 
 func main() {
@@ -84,67 +82,12 @@ func main() {
 	}
 }
 
-// fleetSpec is one fleet on the mem provider; its nodes stay booting until
-// their agent registers.
-func fleetSpec(nodes int) string {
-	return fmt.Sprintf(`
-fleet "boot" {
-  min_nodes = %d
-  max_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["sleep", "600"]
-  }
-}
-`, nodes, nodes)
-}
-
-type providerSet map[string]providers.Provider
-
-func (s providerSet) Get(_ context.Context, name string) (providers.Provider, error) {
-	if p, ok := s[name]; ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("no provider %q", name)
-}
-
 // startDaemon runs a real daemon on 127.0.0.1 serving the agents in
-// agentDir, with the mem provider.
+// agentDir; its mem provider's nodes wait in "booting" like VMs.
 func startDaemon(ctx context.Context, agentDir, dataDir string) (*fleet.Daemon, func(), error) {
-	cfg := fleet.DefaultConfig()
-	cfg.Listen, cfg.DataDir, cfg.TokenFile, cfg.AgentDir = "127.0.0.1:0", dataDir, "", agentDir
-	if err := cfg.Finish(); err != nil {
-		return nil, nil, err
-	}
-	mem := providertest.NewMemProvider()
-	ctx, cancel := context.WithCancel(ctx)
-	d, err := fleet.New(ctx, fleet.Options{Config: cfg, Version: "bench", Providers: providerSet{providertest.MemName: mem},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tick: 50 * time.Millisecond,
-		Schema: func(name string) (providers.ConfigSchema, bool) {
-			return providertest.MemSchema, name == providertest.MemName
-		}})
-	if err != nil {
-		cancel()
-		return nil, nil, err
-	}
-	if err := d.Listen(); err != nil {
-		cancel()
-		d.Close()
-		return nil, nil, err
-	}
-	done := make(chan struct{})
-	go func() { _ = d.Run(ctx); close(done) }()
-	return d, func() { cancel(); <-done; d.Close() }, nil
+	return fleettest.Start(ctx, fleettest.Options{DataDir: dataDir, AgentDir: agentDir, Version: "bench"})
 }
 
-// boot returns the median running → registered time.
 func boot(ctx context.Context, agentDir string, rate float64, gz bool, nodes int) (time.Duration, error) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		return 0, fmt.Errorf("boot mode runs curl, as the user-data does: %w", err)
@@ -178,7 +121,7 @@ func boot(ctx context.Context, agentDir string, rate float64, gz bool, nodes int
 	if err != nil {
 		return 0, err
 	}
-	if _, err := client.Apply(ctx, api.ApplyRequest{Filename: "boot.hcl", Source: fleetSpec(nodes)}); err != nil {
+	if _, err := client.Apply(ctx, api.ApplyRequest{Filename: "boot.hcl", Source: fleettest.Spec("boot", nodes, "sleep", "600")}); err != nil {
 		return 0, err
 	}
 	booting, err := waitNodes(ctx, d, nodes, state.NodeBooting, 30*time.Second)
