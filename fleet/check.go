@@ -148,9 +148,9 @@ func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Pr
 			}
 			r.Status, r.Detail = providers.CheckOK, fmt.Sprintf("%s, for %s", where, strings.Join(types[arch], ", "))
 			if b.Flavor == bootstrap.FlavorFull {
-				// Works, but every node downloads the whole daemon.
-				r.Detail += fmt.Sprintf(" (the full fleetd, %d MB per node: no slim %s in %s)", b.Size>>20, bootstrap.AgentFlavorFileName(bootstrap.FlavorSlim, arch), looked)
-				r.Fix = bootstrap.AgentFix(arch, d.agents.Dirs)
+				// Works, but every node downloads the whole daemon; the
+				// startup warning names the directories and the fix.
+				r.Detail += fmt.Sprintf(" (the full fleetd: no slim %s; `make agents` or `make release` builds it)", bootstrap.AgentFlavorFileName(bootstrap.FlavorSlim, arch))
 			}
 		case servable:
 			r.Status = providers.CheckUnavailable
