@@ -24,9 +24,13 @@ endef
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+HOSTARCH := $(shell $(GO) env GOARCH)
+
 .PHONY: build
-build: ## Build bin/fleetd
+build: ## Build bin/fleetd and the slim node agent for this architecture next to it
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/fleetd
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOSTARCH) $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+		-o $(dir $(BIN))fleetd-agent-linux-$(HOSTARCH) ./cmd/fleetd-agent
 
 .PHONY: test
 test: ## Run all tests (what CI runs); fails on a skip not in .ci/skips-allowed.txt

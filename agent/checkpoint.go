@@ -10,19 +10,11 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/agent/ckpt"
+	"github.com/fleetd/fleetd/agentwire"
 )
 
-// CheckpointConfig is training.checkpoint as the daemon sends it
-// (fleet/api.CheckpointConfig): the agent uploads complete checkpoints
-// from Dir to Store and restores the latest before the workers start
-// (docs/checkpoints.md).
-type CheckpointConfig struct {
-	Dir   string `json:"dir"`
-	Store string `json:"store,omitempty"`
-	Keep  int    `json:"keep"`
-	// Access: "signed" (URLs from the daemon) or "node" (own credentials).
-	Access string `json:"access,omitempty"`
-}
+// CheckpointConfig is training.checkpoint as the daemon sends it.
+type CheckpointConfig = agentwire.CheckpointConfig
 
 // EnvCheckpointDir is the worker variable naming the local checkpoint dir.
 const EnvCheckpointDir = "FLEETD_CHECKPOINT_DIR"

@@ -19,69 +19,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// The daemon's agent API wire shapes (fleet/api/agent_types.go), copied
-// here because agent/ must not import fleet/.
-
-// TrainingConfig is what the agent runs, from the fleet's current spec.
-type TrainingConfig struct {
-	Command       []string          `json:"command"`
-	Workdir       string            `json:"workdir,omitempty"`
-	NprocPerNode  int               `json:"nproc_per_node"`
-	MaxRestarts   int               `json:"max_restarts"`
-	MasterPort    int               `json:"master_port"`
-	DrainGrace    time.Duration     `json:"drain_grace"`
-	CheckpointURI string            `json:"checkpoint_uri,omitempty"`
-	Env           map[string]string `json:"env,omitempty"`
-	Heartbeat     time.Duration     `json:"heartbeat"`
-	// WarmStart false turns the warm interpreters off; nil (an older
-	// daemon, or not set in the spec) means on.
-	WarmStart *bool `json:"warm_start,omitempty"`
-	// Checkpoint is training.checkpoint; nil: the agent manages none.
-	Checkpoint *CheckpointConfig `json:"checkpoint,omitempty"`
-	// Elastic is how membership changes reach the workers: "restart"
-	// (or empty, from an older daemon) stops and restarts them;
-	// "in-process" hands each new round to the running workers
-	// (docs/agent.md, "In-process elastic mode").
-	Elastic string `json:"elastic,omitempty"`
-}
-
-type registerRequest struct {
-	Address      string `json:"address"`
-	Zone         string `json:"zone,omitempty"`
-	InstanceID   string `json:"instance_id,omitempty"`
-	AgentVersion string `json:"agent_version,omitempty"`
-}
-
-type registerResponse struct {
-	Fleet         string         `json:"fleet"`
-	Node          string         `json:"node"`
-	Training      TrainingConfig `json:"training"`
-	RendezvousURL string         `json:"rendezvous_url"`
-}
-
-type noticeRequest struct {
-	Kind     string    `json:"kind"`
-	Deadline time.Time `json:"deadline,omitzero"`
-	Source   string    `json:"source"`
-	Detail   string    `json:"detail,omitempty"`
-	ID       string    `json:"id,omitempty"`
-}
-
-type logsRequest struct {
-	Round int64    `json:"round"`
-	Rank  int      `json:"rank"`
-	Lines []string `json:"lines"`
-}
-
-type doneRequest struct {
-	Success bool   `json:"success"`
-	Step    int64  `json:"step,omitempty"`
-	Detail  string `json:"detail,omitempty"`
-}
+// The daemon's agent API wire shapes, shared through agentwire (agent/
+// must not import fleet/).
+type (
+	// TrainingConfig is what the agent runs, from the fleet's current spec.
+	TrainingConfig   = agentwire.TrainingConfig
+	registerRequest  = agentwire.RegisterRequest
+	registerResponse = agentwire.RegisterResponse
+	noticeRequest    = agentwire.NoticeRequest
+	logsRequest      = agentwire.LogsRequest
+	doneRequest      = agentwire.DoneRequest
+)
 
 // daemonRequestTimeout bounds one call of the agent API.
 const daemonRequestTimeout = 15 * time.Second
@@ -112,7 +65,8 @@ func permanent(err error) bool {
 	var se *statusError
 	if errors.As(err, &se) {
 		switch se.Code {
-		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge:
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge,
+			http.StatusUpgradeRequired: // this agent's version is outside the daemon's window
 			return true
 		}
 		return false

@@ -681,7 +681,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 		// store, wait for this round's report, briefly. Cold workers
 		// import for longer than that anyway.
 		// (In-process mode: fleetd_elastic waits for the store itself.)
-		if v.MasterListens && !v.MasterListening && v.Assignment.GroupRank > 0 && !e.trainingConfig().inProcess() &&
+		if v.MasterListens && !v.MasterListening && v.Assignment.GroupRank > 0 && !e.trainingConfig().InProcess() &&
 			e.sup.hasWarm(e.trainingConfig(), v.Assignment.LocalWorldSize) {
 			a := *v.Assignment
 			e.pending, e.pendingAt = &a, time.Now()
@@ -728,7 +728,7 @@ func (e *elastic) startWorkers(a rendezvous.Assignment) {
 	if dir, local := e.checkpointDir(); local {
 		e.doneBefore = markerExists(dir)
 	}
-	if tc.inProcess() && e.sup.elasticFile != "" {
+	if tc.InProcess() && e.sup.elasticFile != "" {
 		// Fresh workers find their round there as well (and any later one).
 		if err := e.tell(elasticAssigned, rendezvous.View{Round: a.Round}, &a); err != nil {
 			e.a.log.Warn("in-process mode: writing the round failed", "err", err)
@@ -736,13 +736,13 @@ func (e *elastic) startWorkers(a rendezvous.Assignment) {
 	}
 	e.ws = e.sup.start(a, tc, e.restarts, resume)
 	e.setStatus(a.Round, wsRunning)
-	if a.GroupRank == 0 && !tc.inProcess() {
+	if a.GroupRank == 0 && !tc.InProcess() {
 		go e.reportListening(e.ws)
 	}
 	// The next round's interpreters import while this one trains. In
 	// in-process mode they are needed only if these workers restart:
 	// their imports wait until a joiner has been handed its state.
-	if tc.inProcess() {
+	if tc.InProcess() {
 		e.after(inProcessWarmDelay, "warm-refill", nil)
 	} else {
 		e.sup.prepareWarm(tc)

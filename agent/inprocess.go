@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
@@ -29,7 +30,7 @@ var elasticHelperPy []byte
 // Elastic modes (TrainingConfig.Elastic, the spec's training.elastic).
 const (
 	ElasticRestart   = "restart"
-	ElasticInProcess = "in-process"
+	ElasticInProcess = agentwire.ElasticInProcess
 )
 
 // Files of the in-process mode, in the agent's work dir.
@@ -83,10 +84,6 @@ type ElasticWorker struct {
 	Env       map[string]string `json:"env"`
 }
 
-// inProcess reports whether membership changes are handed to the running
-// workers instead of restarting them.
-func (tc TrainingConfig) inProcess() bool { return tc.Elastic == ElasticInProcess }
-
 // writeElasticHelper writes fleetd_elastic.py into dir.
 func writeElasticHelper(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -98,7 +95,7 @@ func writeElasticHelper(dir string) error {
 // elasticFileFor is FLEETD_ELASTIC_FILE for tc: set in in-process mode
 // (when the helper could be written), else empty.
 func (s *supervisor) elasticFileFor(tc TrainingConfig) string {
-	if tc.inProcess() && s.helperDir != "" {
+	if tc.InProcess() && s.helperDir != "" {
 		return s.elasticFile
 	}
 	return ""
@@ -144,7 +141,7 @@ func (e *elastic) tell(state string, v rendezvous.View, a *rendezvous.Assignment
 // in-process protocol: the job is in in-process mode and every worker of
 // the current set runs and said hello.
 func (e *elastic) canHandOver() bool {
-	if !e.trainingConfig().inProcess() || e.sup.elasticFile == "" || e.ws == nil || e.ws.stopping.Load() || e.ws.handled {
+	if !e.trainingConfig().InProcess() || e.sup.elasticFile == "" || e.ws == nil || e.ws.stopping.Load() || e.ws.handled {
 		return false
 	}
 	for _, w := range e.ws.workers {
@@ -157,7 +154,7 @@ func (e *elastic) canHandOver() bool {
 
 // explainNoHandOver logs why an in-process job restarts its workers.
 func (e *elastic) explainNoHandOver(round int) {
-	if !e.trainingConfig().inProcess() || e.ws == nil || !e.ws.running() || e.ws.stopping.Load() {
+	if !e.trainingConfig().InProcess() || e.ws == nil || !e.ws.running() || e.ws.stopping.Load() {
 		return
 	}
 	var silent []int

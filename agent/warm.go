@@ -210,7 +210,7 @@ func (s *supervisor) refillLocked() {
 		spec, ok := s.warmSpecFor(tc, lr)
 		procs := s.warm.slots[lr]
 		keep := warmPerRank
-		if tc.inProcess() {
+		if tc.InProcess() {
 			keep = 1 // survivors are not restarted: one start, or one fallback restart, at a time
 		}
 		if !ok || s.warm.off[spec.key] != "" || len(procs) >= keep ||

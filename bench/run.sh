@@ -3,7 +3,7 @@
 #
 #   make bench              # builds bin/fleetd first, then runs this
 #   BENCH_OUT=dir bench/run.sh   # keep logs and JSON figures in dir
-#   BENCH_ONLY=scale|recovery|ha|ckpt|elastic bench/run.sh
+#   BENCH_ONLY=scale|recovery|ha|ckpt|elastic|agent bench/run.sh
 #   BENCH_ELASTIC_SIZES=100 bench/run.sh   # elastic: model sizes in MiB (default 100,1024)
 #   BENCH_STRICT=0 bench/run.sh  # report misses but exit 0 (default 1: exit 1 on any miss)
 #   BENCH_FORCE_MISS=REGEXP bench/run.sh  # give the figures whose names match an
@@ -45,6 +45,7 @@ go build -o "$tmp/recovery" ./bench/recovery || exit 1
 go build -o "$tmp/ha" ./bench/ha || exit 1
 go build -o "$tmp/ckpt" ./bench/ckpt || exit 1
 go build -o "$tmp/elastic" ./bench/elastic || exit 1
+go build -o "$tmp/agentboot" ./bench/agentboot || exit 1
 if [[ ! -x "$FLEETD_BIN" ]]; then
   echo "$FLEETD_BIN not found: run make build (make bench does)" >&2
   exit 1
@@ -80,6 +81,17 @@ if [[ "$ONLY" == all || "$ONLY" == elastic ]]; then
   echo "memory: $(awk '/MemAvailable/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) available (the 1 GiB model needs about 8 GiB: up to four workers, checkpoint loads)"
   "$tmp/elastic" -fleetd "$FLEETD_BIN" -python "$PYTHON" -sizes "$sizes" -json "$OUT/elastic.json" 2>&1 | tee "$OUT/elastic.log"
   echo "${PIPESTATUS[0]}" >"$OUT/elastic.status"
+fi
+
+if [[ "$ONLY" == all || "$ONLY" == agent ]]; then
+  # The slim agents as `make release` builds them (stripped, trimmed, static).
+  mkdir -p "$tmp/agents"
+  for arch in amd64 arm64; do
+    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$tmp/agents/fleetd-agent-linux-$arch" ./cmd/fleetd-agent || exit 1
+  done
+  echo "== agent: $tmp/agentboot -mode all -agent-dir $tmp/agents (sizes; boot on loopback and at 100 Mbit/s; 200 concurrent downloads)"
+  "$tmp/agentboot" -mode all -agent-dir "$tmp/agents" 2>&1 | tee "$OUT/agent.log"
+  echo "${PIPESTATUS[0]}" >"$OUT/agent.status"
 fi
 
 echo

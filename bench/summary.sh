@@ -11,7 +11,7 @@ OUT=${1:?usage: bench/summary.sh OUT}
 misses=0
 passes=0
 ran=0
-for name in scale recovery ha ckpt elastic; do
+for name in scale recovery ha ckpt elastic agent; do
   log="$OUT/$name.log"
   [[ -f "$log" ]] || continue # not run (BENCH_ONLY)
   ran=$((ran + 1))

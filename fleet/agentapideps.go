@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/agentapi"
@@ -51,4 +52,13 @@ func (x agentDeps) AgentBinaries() *bootstrap.AgentIndex { return x.d.agents }
 
 func (x agentDeps) VerifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
 	return x.d.verifyScopedToken(ctx, tok)
+}
+
+func (x agentDeps) Version() string { return x.d.opts.Version }
+
+func (x agentDeps) CacheDir() string {
+	if x.d.cfg.DataDir == "" {
+		return ""
+	}
+	return filepath.Join(x.d.cfg.DataDir, "cache", "agents")
 }

@@ -24,6 +24,12 @@ import (
 // placement, and a fleet none of whose offerings can be served is refused
 // at plan and apply, before a node boots into a failing download.
 
+// nodeStores reports whether a fleet's agents open the checkpoint store
+// with the node's own credentials, which needs the node-store agent build.
+func nodeStores(fl *spec.Fleet) bool {
+	return fl != nil && fl.Training.Checkpoint != nil && fl.Training.Checkpoint.Access == spec.CheckpointAccessNode
+}
+
 // agentDirs are the directories searched for agent binaries: agent_dir
 // when set; else next to the daemon's executable (bin/ after `make
 // agents`, /usr/local/bin after an install) and <data_dir>/agents.
@@ -54,8 +60,15 @@ func (d *Daemon) indexAgents() {
 	for _, s := range d.agents.Skipped {
 		d.log.Warn("agent binary skipped", "why", s)
 	}
+	for _, b := range d.agents.All() {
+		d.log.Info("agent binary", "platform", "linux/"+b.Arch, "flavor", b.Flavor, "path", b.Path, "sha256", b.SHA256, "size", b.Size, "self", b.Self)
+	}
 	for _, b := range d.agents.Binaries() {
-		d.log.Info("agent binary", "platform", "linux/"+b.Arch, "path", b.Path, "sha256", b.SHA256, "size", b.Size, "self", b.Self)
+		if b.Flavor == bootstrap.FlavorFull {
+			// Nothing breaks, but every node pulls the whole daemon.
+			d.log.Warn("no slim agent: nodes download the full fleetd binary", "platform", "linux/"+b.Arch, "size", b.Size,
+				"fix", bootstrap.AgentFix(b.Arch, d.agents.Dirs))
+		}
 	}
 	for _, arch := range bootstrap.AgentArches {
 		if _, ok := d.agents.Lookup(arch); !ok {

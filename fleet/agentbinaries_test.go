@@ -1,7 +1,11 @@
 package fleet
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
@@ -253,5 +258,88 @@ fleet "t4" {
 				t.Errorf("%s: %s row %+v; want %s with %q, fix with %q", st.name, scope, r, w.status, w.detail, w.fix)
 			}
 		}
+	}
+}
+
+// TestAgentBinaryServing: the download route answers conditional, partial
+// and gzip requests over a real socket, and serves the node-store build
+// to fleets that ask for it.
+func TestAgentBinaryServing(t *testing.T) {
+	agentDir := t.TempDir()
+	arch := runtime.GOARCH
+	// A compressible body behind a real ELF header, like a Go binary.
+	slim := append(bootstrap.StubELF(arch), bytes.Repeat([]byte("fleetd agent text segment "), 40_000)...)
+	node := append(bytes.Clone(slim), []byte("node-store drivers")...)
+	for name, b := range map[string][]byte{bootstrap.AgentFlavorFileName(bootstrap.FlavorSlim, arch): slim, bootstrap.AgentFlavorFileName(bootstrap.FlavorNode, arch): node} {
+		if err := os.WriteFile(filepath.Join(agentDir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{}, nil, Options{Config: Config{AgentDir: agentDir}})
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	// The daemon precompresses the agent builds at start; wait for it.
+	waitFor(t, "gzip copies", 30*time.Second, func() bool {
+		_, e1 := os.Stat(filepath.Join(td.cfg.DataDir, "cache", "agents", sum(slim)+".gz"))
+		_, e2 := os.Stat(filepath.Join(td.cfg.DataDir, "cache", "agents", sum(node)+".gz"))
+		return e1 == nil && e2 == nil
+	})
+	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	tests := []struct {
+		name     string
+		query    string
+		hdr      map[string]string
+		code     int
+		encoding string
+		want     []byte // the body, after decompression
+	}{
+		{"plain", "", nil, 200, "", slim},
+		{"revalidate", "", map[string]string{"If-None-Match": `"` + sum(slim) + `"`}, 304, "", nil},
+		{"revalidate gzip etag", "", map[string]string{"If-None-Match": `"` + sum(slim) + `+gzip"`}, 304, "", nil},
+		{"stale etag", "", map[string]string{"If-None-Match": `"` + sum(node) + `"`}, 200, "", slim},
+		{"range", "", map[string]string{"Range": "bytes=100-199"}, 206, "", slim[100:200]},
+		{"resume", "", map[string]string{"Range": "bytes=1000000-"}, 206, "", slim[1000000:]},
+		{"gzip", "", map[string]string{"Accept-Encoding": "gzip"}, 200, "gzip", slim},
+		{"range is never gzip", "", map[string]string{"Accept-Encoding": "gzip", "Range": "bytes=0-9"}, 206, "", slim[:10]},
+		{"node-store flavor", "&flavor=node", map[string]string{"Accept-Encoding": "gzip"}, 200, "gzip", node},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, td.URL()+"/v1/agent/binary?arch="+arch+tt.query, nil)
+			req.Header.Set("Authorization", "Bearer "+td.Token())
+			for k, v := range tt.hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := plain.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.code || resp.Header.Get("Content-Encoding") != tt.encoding {
+				t.Fatalf("HTTP %d, Content-Encoding %q; want %d %q", resp.StatusCode, resp.Header.Get("Content-Encoding"), tt.code, tt.encoding)
+			}
+			body := raw
+			if tt.encoding == "gzip" {
+				zr, err := gzip.NewReader(bytes.NewReader(raw))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+				if len(raw)*4 > len(body) {
+					t.Errorf("gzip body is %d bytes for %d: not the compressed copy", len(raw), len(body))
+				}
+			}
+			if !bytes.Equal(body, tt.want) {
+				t.Errorf("body: %d bytes, want %d", len(body), len(tt.want))
+			}
+			if tt.code != 304 && resp.Header.Get("ETag") == "" {
+				t.Error("no ETag")
+			}
+		})
 	}
 }

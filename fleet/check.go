@@ -147,6 +147,11 @@ func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Pr
 				where = "the daemon's own executable"
 			}
 			r.Status, r.Detail = providers.CheckOK, fmt.Sprintf("%s, for %s", where, strings.Join(types[arch], ", "))
+			if b.Flavor == bootstrap.FlavorFull {
+				// Works, but every node downloads the whole daemon; the
+				// startup warning names the directories and the fix.
+				r.Detail += fmt.Sprintf(" (the full fleetd: no slim %s; `make agents` or `make release` builds it)", bootstrap.AgentFlavorFileName(bootstrap.FlavorSlim, arch))
+			}
 		case servable:
 			r.Status = providers.CheckUnavailable
 			r.Detail = fmt.Sprintf("no %s in %s: offerings of %s are left out of placement", bootstrap.AgentFileName(arch), looked, strings.Join(types[arch], ", "))

@@ -579,7 +579,7 @@ func (d *Daemon) userData(fleetName string, fl *spec.Fleet, n state.Node) (strin
 	// daemon; local nodes run this very binary already.
 	if downloadsAgent(n.Offering.Provider) {
 		var err error
-		if in.AgentURL, in.AgentSHA256, err = d.agents.AgentDownload(d.URL(), fleetName, n.ID, n.Offering.Arch); err != nil {
+		if in.AgentURL, in.AgentSHA256, err = d.agents.AgentDownload(d.URL(), fleetName, n.ID, n.Offering.Arch, nodeStores(fl)); err != nil {
 			return "", err
 		}
 	}

@@ -198,6 +198,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	d.indexAgents()
 	d.agentAPI = agentapi.New(agentDeps{d}, log, d.now, d.token, d.nodeSecret)
+	d.agentAPI.WarmBinaryCache()
 	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
 	d.metrics.reg.MustRegister(checkpointCollector{d})
 	d.api = api.NewServer(d, d.token, log)

@@ -77,7 +77,10 @@ func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	opts.Config, opts.Version, opts.Providers = cfg, "test", provs
+	opts.Config, opts.Providers = cfg, provs
+	if opts.Version == "" {
+		opts.Version = "test"
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

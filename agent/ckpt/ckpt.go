@@ -4,7 +4,9 @@
 // credentials or through short-lived URLs the daemon signs), records one
 // as the latest only when every file is in, prunes beyond keep, and on a
 // new node restores the latest complete one before the workers start.
-// See docs/checkpoints.md.
+// The s3 and gcs drivers for access = "node" are linked by
+// agent/ckpt/nodestores, which the slim agent leaves out. See
+// docs/checkpoints.md.
 //
 // Local layout (what workers write):
 //

@@ -15,8 +15,6 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/gcsblob" // gs:// URLs
-	_ "gocloud.dev/blob/s3blob"  // s3:// URLs
 	"gocloud.dev/gcerrors"
 )
 
@@ -146,8 +144,14 @@ func ParseStore(store string) (scheme, opener, prefix string, err error) {
 	return "", "", "", fmt.Errorf("checkpoint store %q: want s3://, gs:// or file:///", store)
 }
 
-// OpenBucket opens a store URL with gocloud.dev's s3blob, gcsblob or
-// fileblob driver. A file store's directory must exist (it is usually a
+// ErrNoNodeDriver: this build links no driver for the store's scheme. The
+// slim agent (cmd/fleetd-agent without -tags nodestore) has only file://;
+// s3:// and gs:// with access = "node" need a build that imports
+// agent/ckpt/nodestores, which the daemon serves to such fleets.
+var ErrNoNodeDriver = errors.New(`this agent build has no s3/gcs driver for access = "node" (the slim agent; the daemon serves fleets with access = "node" the node-store agent, fleetd-agent-node-linux-ARCH)`)
+
+// OpenBucket opens a store URL with gocloud.dev's fileblob driver, or the
+// s3blob and gcsblob drivers when the binary links agent/ckpt/nodestores. A file store's directory must exist (it is usually a
 // shared mount: a missing one is an error, not something to create).
 func OpenBucket(ctx context.Context, store string) (*BucketStore, error) {
 	scheme, opener, prefix, err := ParseStore(store)
@@ -168,6 +172,9 @@ func OpenBucket(ctx context.Context, store string) (*BucketStore, error) {
 		// cross them.
 		b, err = fileblob.OpenBucket(opener, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	} else {
+		if !blob.DefaultURLMux().ValidBucketScheme(scheme) {
+			return nil, &StoreError{Op: "open " + redact(store), Kind: KindFailed, Err: ErrNoNodeDriver}
+		}
 		b, err = blob.OpenBucket(ctx, opener)
 	}
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/fleetd/fleetd/agent/ckpt"
+	_ "github.com/fleetd/fleetd/agent/ckpt/nodestores"
 	"github.com/fleetd/fleetd/bench/internal/report"
 	"github.com/fleetd/fleetd/providers/aws/motoserver"
 )

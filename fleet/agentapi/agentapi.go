@@ -14,12 +14,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/spec"
@@ -50,6 +50,12 @@ type Deps interface {
 	Kick()
 	// AgentBinaries are the agent binaries nodes download.
 	AgentBinaries() *bootstrap.AgentIndex
+	// CacheDir is where derived files (the agents' gzip copies) are kept;
+	// "" for none.
+	CacheDir() string
+	// Version is the daemon's version, the centre of the agent version
+	// window (agentwire.CheckSkew).
+	Version() string
 	// VerifyScopedToken checks a scoped (read/operate/admin) token.
 	VerifyScopedToken(ctx context.Context, tok string) (api.Role, error)
 }
@@ -66,12 +72,13 @@ type API struct {
 
 	logs  logRing
 	ckpts ckptRegistry
+	bins  binaryServer
 }
 
 // New returns the agent API of a daemon whose admin token is adminToken
 // and whose node tokens derive from secret.
 func New(deps Deps, log *slog.Logger, now func() time.Time, adminToken string, secret []byte) *API {
-	return &API{deps: deps, log: log, now: now, adminToken: adminToken, secret: secret}
+	return &API{deps: deps, log: log, now: now, adminToken: adminToken, secret: secret, bins: newBinaryServer(log)}
 }
 
 // Mount adds the routes agents call with their per-node tokens.
@@ -105,7 +112,10 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fleetName, nodeID := r.PathValue("fleet"), r.PathValue("node")
+	daemonVersion := a.deps.Version()
+	skew := agentwire.CheckSkew(daemonVersion, req.AgentVersion)
 	var resp api.RegisterResponse
+	var refused error
 	err := a.deps.Update(r.Context(), func(tx state.Tx) error {
 		f, err := tx.Fleet(fleetName)
 		if err != nil {
@@ -120,6 +130,31 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		changed := false
+		if skew == agentwire.TooOld || skew == agentwire.TooNew {
+			msg := fmt.Sprintf("agent %s is %s for this daemon (%s accepts agents %s)", req.AgentVersion, skew, daemonVersion, agentwire.Window(daemonVersion))
+			switch n.State {
+			case state.NodeRequested, state.NodeProvisioning, state.NodeBooting:
+				// A new node: refusing costs nothing yet, and running an
+				// agent the daemon was not built for risks the job.
+				refused = fmt.Errorf("%s; the node must run the agent this daemon serves (GET /v1/agent/binary)", msg)
+				_, err := tx.AppendEvent(state.Event{Fleet: fleetName, Node: nodeID, Type: "agent.version_refused", Message: refused.Error(),
+					Data: map[string]string{"agent_version": req.AgentVersion, "daemon_version": daemonVersion}})
+				return err
+			default:
+				// A node already at work (the daemon was upgraded under it):
+				// keep it and its workers; its replacement gets the new agent.
+				if n.AgentVersion != req.AgentVersion {
+					if _, err := tx.AppendEvent(state.Event{Fleet: fleetName, Node: nodeID, Type: "agent.version_skew",
+						Message: msg + "; kept because the node is " + string(n.State) + ": its replacement downloads the current agent",
+						Data:    map[string]string{"agent_version": req.AgentVersion, "daemon_version": daemonVersion}}); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if n.AgentVersion != req.AgentVersion {
+			n.AgentVersion, changed = req.AgentVersion, true
+		}
 		if req.Address != "" && n.Address != req.Address {
 			n.Address, changed = req.Address, true
 		}
@@ -154,6 +189,15 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.fail(w, err)
 		return
+	}
+	if refused != nil {
+		a.log.Warn("agent refused: version outside the window", "fleet", fleetName, "node", nodeID, "agent_version", req.AgentVersion, "daemon_version", daemonVersion)
+		api.WriteError(w, http.StatusUpgradeRequired, refused)
+		return
+	}
+	if skew != agentwire.InWindow {
+		a.log.Warn("agent version outside the window or unknown", "fleet", fleetName, "node", nodeID, "agent_version", req.AgentVersion,
+			"daemon_version", daemonVersion, "skew", skew.String(), "window", agentwire.Window(daemonVersion))
 	}
 	a.deps.Kick()
 	api.WriteJSON(w, http.StatusOK, resp)
@@ -294,35 +338,6 @@ func (a *API) FleetLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	api.WriteJSON(w, http.StatusOK, a.logs.get(r.PathValue("fleet"), inc, r.URL.Query().Get("node"), n))
-}
-
-// agentBinary serves the agent for the node's architecture (?arch=, ""
-// is amd64; fleet/agentbinaries.go); its sha256 is in the user-data and
-// checked before it is run.
-func (a *API) agentBinary(w http.ResponseWriter, r *http.Request) {
-	// Only a node of this deployment (or the admin) may download it: the
-	// URL in user-data names the node, and its token must match.
-	q := r.URL.Query()
-	if err := a.AuthorizeNode(r, q.Get("fleet"), q.Get("node")); err != nil {
-		writeAuthError(w, err)
-		return
-	}
-	agents := a.deps.AgentBinaries()
-	arch := bootstrap.NormalizeArch(q.Get("arch"))
-	b, ok := agents.Lookup(arch)
-	if !ok {
-		api.WriteError(w, http.StatusNotFound, fmt.Errorf("%w; fix: %s", &bootstrap.NoAgentError{Arch: arch, Dirs: agents.Dirs}, bootstrap.AgentFix(arch, agents.Dirs)))
-		return
-	}
-	f, err := os.Open(b.Path)
-	if err != nil {
-		api.WriteError(w, http.StatusInternalServerError, err)
-		return
-	}
-	defer f.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Fleetd-Sha256", b.SHA256)
-	http.ServeContent(w, r, bootstrap.AgentFileName(arch), time.Time{}, f)
 }
 
 // done records the end of the training job: the rendezvous finishes

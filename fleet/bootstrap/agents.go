@@ -22,9 +22,46 @@ import (
 // (`make release`, `make agents`), as Go names them.
 var AgentArches = []string{"amd64", "arm64"}
 
-// AgentFileName is the file an agent for linux/arch is looked up by in the
-// agent directories: the name `make release` gives it in dist/.
+// AgentFileName is the file the full fleetd for linux/arch is looked up
+// by in the agent directories: the name `make release` gives it in dist/.
+// It can serve nodes (`fleetd agent`), at ten times the slim agent's size.
 func AgentFileName(arch string) string { return "fleetd-linux-" + arch }
+
+// Flavor is which build of the agent a binary is.
+type Flavor string
+
+const (
+	// FlavorSlim is cmd/fleetd-agent: what nodes run by default.
+	FlavorSlim Flavor = "slim"
+	// FlavorNode is cmd/fleetd-agent built with -tags nodestore: the slim
+	// agent plus the s3 and gcs drivers that checkpoint access = "node"
+	// needs.
+	FlavorNode Flavor = "node"
+	// FlavorFull is the whole fleetd (a file fleetd-linux-ARCH, or the
+	// daemon's own executable): the fallback when no agent build is there.
+	FlavorFull Flavor = "full"
+)
+
+// flavorFiles are the file names per flavor, as `make release` and `make
+// agents` name them.
+var flavorFiles = []struct {
+	flavor Flavor
+	name   func(arch string) string
+}{
+	{FlavorSlim, func(a string) string { return "fleetd-agent-linux-" + a }},
+	{FlavorNode, func(a string) string { return "fleetd-agent-node-linux-" + a }},
+	{FlavorFull, AgentFileName},
+}
+
+// AgentFlavorFileName is the file name of an agent build for linux/arch.
+func AgentFlavorFileName(f Flavor, arch string) string {
+	for _, ff := range flavorFiles {
+		if ff.flavor == f {
+			return ff.name(arch)
+		}
+	}
+	return AgentFileName(arch)
+}
 
 // NormalizeArch maps an offering's architecture to an agent's: "" (a
 // provider that does not say) is amd64.
@@ -41,41 +78,78 @@ type AgentBinary struct {
 	Path   string `json:"path"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
+	Flavor Flavor `json:"flavor"`
 	// Self: the daemon's own executable, used for its own platform when
 	// no file for it is in the agent directories.
 	Self bool `json:"self,omitempty"`
 }
 
-// AgentIndex is what agent binaries a daemon has, by architecture.
+// AgentIndex is what agent binaries a daemon has, by architecture and
+// flavor.
 type AgentIndex struct {
 	// Dirs are the directories searched, in order (the first file wins).
 	Dirs []string
 	// Self is the daemon's executable, when it could count.
 	Self     string
-	binaries map[string]AgentBinary
+	binaries map[string]map[Flavor]AgentBinary
 	// Skipped says why files with an agent's name were not taken.
 	Skipped []string
 }
 
-// Lookup returns the agent for linux/arch ("" is amd64).
-func (x *AgentIndex) Lookup(arch string) (AgentBinary, bool) {
+// Lookup returns the agent a node of linux/arch ("" is amd64) gets by
+// default (LookupFor without node stores).
+func (x *AgentIndex) Lookup(arch string) (AgentBinary, bool) { return x.LookupFor(arch, false) }
+
+// LookupFor returns the smallest agent for linux/arch that can do the
+// job: for a fleet whose nodes open the checkpoint store themselves
+// (nodeStores: access = "node") the node-store build, else the slim one;
+// each falls back to the bigger builds that can do as much, down to the
+// full fleetd, so a daemon without agent builds still serves its nodes.
+func (x *AgentIndex) LookupFor(arch string, nodeStores bool) (AgentBinary, bool) {
 	if x == nil {
 		return AgentBinary{}, false
 	}
-	b, ok := x.binaries[NormalizeArch(arch)]
-	return b, ok
+	order := []Flavor{FlavorSlim, FlavorNode, FlavorFull}
+	if nodeStores {
+		order = order[1:]
+	}
+	m := x.binaries[NormalizeArch(arch)]
+	for _, f := range order {
+		if b, ok := m[f]; ok {
+			return b, true
+		}
+	}
+	return AgentBinary{}, false
 }
 
-// Binaries lists the agents by architecture.
+// Binaries lists, by architecture, the agent nodes get by default.
 func (x *AgentIndex) Binaries() []AgentBinary {
 	if x == nil {
 		return nil
 	}
 	out := make([]AgentBinary, 0, len(x.binaries))
-	for _, b := range x.binaries {
-		out = append(out, b)
+	for arch := range x.binaries {
+		if b, ok := x.Lookup(arch); ok {
+			out = append(out, b)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Arch < out[j].Arch })
+	return out
+}
+
+// All lists every binary found, by architecture then flavor.
+func (x *AgentIndex) All() []AgentBinary {
+	if x == nil {
+		return nil
+	}
+	var out []AgentBinary
+	for _, arch := range AgentArches {
+		for _, ff := range flavorFiles {
+			if b, ok := x.binaries[arch][ff.flavor]; ok {
+				out = append(out, b)
+			}
+		}
+	}
 	return out
 }
 
@@ -89,42 +163,52 @@ func (x *AgentIndex) Arches() []string {
 }
 
 // IndexAgents finds the agent binaries in dirs: for each architecture of
-// AgentArches the first file AgentFileName(arch) that is a linux ELF
-// executable for that machine (debug/elf; a file that is not is skipped
-// and said so in Skipped). The executable self, when it is an ELF for an
-// architecture still missing after the directories, serves that one: a
+// AgentArches and each flavor the first file of its name
+// (AgentFlavorFileName) that is a linux ELF executable for that machine
+// (debug/elf; a file that is not is skipped and said so in Skipped). The
+// executable self, when it is an ELF for an architecture with no full
+// fleetd file in the directories, is that architecture's full flavor: a
 // daemon built for linux/amd64 serves amd64 nodes without any setup.
 // Missing directories are no error; unreadable files are skipped.
 func IndexAgents(dirs []string, self string) *AgentIndex {
-	x := &AgentIndex{Dirs: dirs, Self: self, binaries: map[string]AgentBinary{}}
+	x := &AgentIndex{Dirs: dirs, Self: self, binaries: map[string]map[Flavor]AgentBinary{}}
+	put := func(b AgentBinary) {
+		if x.binaries[b.Arch] == nil {
+			x.binaries[b.Arch] = map[Flavor]AgentBinary{}
+		}
+		x.binaries[b.Arch][b.Flavor] = b
+	}
 	for _, dir := range dirs {
 		if dir == "" {
 			continue
 		}
 		for _, arch := range AgentArches {
-			if _, ok := x.binaries[arch]; ok {
-				continue
-			}
-			p := filepath.Join(dir, AgentFileName(arch))
-			b, err := inspectAgent(p)
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				continue
-			case err != nil:
-				x.Skipped = append(x.Skipped, fmt.Sprintf("%s: %v", p, err))
-			case b.Arch != arch:
-				x.Skipped = append(x.Skipped, fmt.Sprintf("%s: built for linux/%s, not linux/%s", p, b.Arch, arch))
-			default:
-				x.binaries[arch] = b
+			for _, ff := range flavorFiles {
+				if _, ok := x.binaries[arch][ff.flavor]; ok {
+					continue
+				}
+				p := filepath.Join(dir, ff.name(arch))
+				b, err := inspectAgent(p)
+				switch {
+				case errors.Is(err, fs.ErrNotExist):
+					continue
+				case err != nil:
+					x.Skipped = append(x.Skipped, fmt.Sprintf("%s: %v", p, err))
+				case b.Arch != arch:
+					x.Skipped = append(x.Skipped, fmt.Sprintf("%s: built for linux/%s, not linux/%s", p, b.Arch, arch))
+				default:
+					b.Flavor = ff.flavor
+					put(b)
+				}
 			}
 		}
 	}
 	if self != "" {
 		b, err := inspectAgent(self)
 		if err == nil {
-			if _, ok := x.binaries[b.Arch]; !ok {
-				b.Self = true
-				x.binaries[b.Arch] = b
+			if _, ok := x.binaries[b.Arch][FlavorFull]; !ok {
+				b.Self, b.Flavor = true, FlavorFull
+				put(b)
 			}
 		}
 	}
@@ -209,7 +293,8 @@ type NoAgentError struct {
 }
 
 func (e *NoAgentError) Error() string {
-	return fmt.Sprintf("no agent binary for linux/%s (looked for %s in %s)", e.Arch, AgentFileName(e.Arch), strings.Join(e.Dirs, ", "))
+	return fmt.Sprintf("no agent binary for linux/%s (looked for %s, %s and %s in %s)", e.Arch,
+		AgentFlavorFileName(FlavorSlim, e.Arch), AgentFlavorFileName(FlavorNode, e.Arch), AgentFileName(e.Arch), strings.Join(e.Dirs, ", "))
 }
 
 // AgentFix is how to provide the agent for arch.
@@ -218,15 +303,16 @@ func AgentFix(arch string, dirs []string) string {
 	if len(dirs) > 0 {
 		dir = dirs[0]
 	}
-	return fmt.Sprintf("build it with `make release` (or `make agents`) and copy dist/%s into %s, or set agent_dir in the daemon config to a directory holding it, then restart the daemon",
-		AgentFileName(arch), dir)
+	return fmt.Sprintf("build it with `make release` (or `make agents`) and copy dist/%s and dist/%s (the slim agents; dist/%s works too, ten times bigger) into %s, or set agent_dir in the daemon config to a directory holding them, then restart the daemon",
+		AgentFlavorFileName(FlavorSlim, arch), AgentFlavorFileName(FlavorNode, arch), AgentFileName(arch), dir)
 }
 
 // AgentDownload is where a node of arch downloads its agent from the
-// daemon at daemonURL and the sha256 its user-data pins.
-func (x *AgentIndex) AgentDownload(daemonURL, fleet, node, arch string) (string, string, error) {
+// daemon at daemonURL and the sha256 its user-data pins; nodeStores asks
+// for a build that opens s3/gcs stores itself (LookupFor).
+func (x *AgentIndex) AgentDownload(daemonURL, fleet, node, arch string, nodeStores bool) (string, string, error) {
 	arch = NormalizeArch(arch)
-	b, ok := x.Lookup(arch)
+	b, ok := x.LookupFor(arch, nodeStores)
 	if !ok {
 		var dirs []string
 		if x != nil {
@@ -235,6 +321,9 @@ func (x *AgentIndex) AgentDownload(daemonURL, fleet, node, arch string) (string,
 		return "", "", &NoAgentError{Arch: arch, Dirs: dirs}
 	}
 	q := url.Values{"fleet": {fleet}, "node": {node}, "arch": {arch}}
+	if nodeStores {
+		q.Set("flavor", string(FlavorNode))
+	}
 	return daemonURL + "/v1/agent/binary?" + q.Encode(), b.SHA256, nil
 }
 

@@ -123,7 +123,7 @@ func TestUserDataPinsAgentPerArch(t *testing.T) {
 	x := IndexAgents([]string{dir}, "")
 	for _, tt := range []struct{ arch, want, sha string }{{"", "amd64", sum(amd)}, {"amd64", "amd64", sum(amd)}, {"arm64", "arm64", sum(arm)}} {
 		in := sample()
-		u, sha, err := x.AgentDownload("https://10.0.0.2:7777", "bert", "bert-1-0001", tt.arch)
+		u, sha, err := x.AgentDownload("https://10.0.0.2:7777", "bert", "bert-1-0001", tt.arch, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,9 +142,63 @@ func TestUserDataPinsAgentPerArch(t *testing.T) {
 	}
 
 	only := IndexAgents([]string{dir + "/none"}, "")
-	_, _, err := only.AgentDownload("https://10.0.0.2:7777", "bert", "n", "arm64")
+	_, _, err := only.AgentDownload("https://10.0.0.2:7777", "bert", "n", "arm64", false)
 	var ne *NoAgentError
 	if !errors.As(err, &ne) || ne.Arch != "arm64" || !strings.Contains(err.Error(), "fleetd-linux-arm64") || !strings.Contains(err.Error(), dir+"/none") {
 		t.Fatalf("err = %v, want a NoAgentError for arm64 naming the directory", err)
+	}
+}
+
+// TestLookupFlavors: a fleet gets the smallest build that can do its job
+// (slim by default; the node-store build for access = "node"), falling
+// back to bigger builds, the daemon itself last; the download URL asks for
+// the same flavor the user-data pins.
+func TestLookupFlavors(t *testing.T) {
+	slim, node, full := StubELF("arm64"), append(StubELF("arm64"), 1), append(StubELF("arm64"), 2)
+	names := map[Flavor]string{FlavorSlim: "fleetd-agent-linux-arm64", FlavorNode: "fleetd-agent-node-linux-arm64", FlavorFull: "fleetd-linux-arm64"}
+	bytesOf := map[Flavor][]byte{FlavorSlim: slim, FlavorNode: node, FlavorFull: full}
+	tests := []struct {
+		name       string
+		have       []Flavor
+		nodeStores bool
+		want       Flavor // "" for none
+	}{
+		{"all, default", []Flavor{FlavorSlim, FlavorNode, FlavorFull}, false, FlavorSlim},
+		{"all, node stores", []Flavor{FlavorSlim, FlavorNode, FlavorFull}, true, FlavorNode},
+		{"no slim, default", []Flavor{FlavorNode, FlavorFull}, false, FlavorNode},
+		{"full only, default", []Flavor{FlavorFull}, false, FlavorFull},
+		{"full only, node stores", []Flavor{FlavorFull}, true, FlavorFull},
+		{"slim only, node stores", []Flavor{FlavorSlim}, true, ""},
+		{"slim only, default", []Flavor{FlavorSlim}, false, FlavorSlim},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tt.have {
+				putFile(t, dir, names[f], bytesOf[f])
+			}
+			x := IndexAgents([]string{dir}, "")
+			b, ok := x.LookupFor("arm64", tt.nodeStores)
+			if tt.want == "" {
+				if ok {
+					t.Fatalf("LookupFor = %+v, want none", b)
+				}
+				if _, _, err := x.AgentDownload("https://d", "f", "n", "arm64", tt.nodeStores); err == nil {
+					t.Error("AgentDownload found an agent")
+				}
+				return
+			}
+			if !ok || b.Flavor != tt.want || b.SHA256 != sum(bytesOf[tt.want]) || b.Path != filepath.Join(dir, names[tt.want]) {
+				t.Fatalf("LookupFor = %+v %v, want the %s build", b, ok, tt.want)
+			}
+			u, sha, err := x.AgentDownload("https://d", "f", "n", "arm64", tt.nodeStores)
+			if err != nil || sha != b.SHA256 {
+				t.Fatalf("AgentDownload = %s %s %v", u, sha, err)
+			}
+			pu, _ := url.Parse(u)
+			if got := pu.Query().Get("flavor"); (got == string(FlavorNode)) != tt.nodeStores {
+				t.Errorf("URL %s: flavor %q for nodeStores=%v", u, got, tt.nodeStores)
+			}
+		})
 	}
 }

@@ -24,7 +24,7 @@ const (
 	AgentConfigPath = "/etc/fleetd/agent.json"
 	CACertPath      = "/etc/fleetd/ca.pem"
 	SetupPath       = "/etc/fleetd/setup.sh"
-	AgentBinaryPath = "/usr/local/bin/fleetd"
+	AgentBinaryPath = "/usr/local/bin/fleetd-agent"
 	UnitPath        = "/etc/systemd/system/fleetd-agent.service"
 )
 
@@ -131,7 +131,9 @@ func Render(in Input) (string, error) {
 
 	var run [][]string
 	if in.AgentURL != "" {
-		curl := []string{"curl", "-fsSL", "--retry", "10", "--retry-connrefused", "-H", "Authorization: Bearer " + a.Token, "-o", AgentBinaryPath + ".download"}
+		// --compressed: the daemon serves a gzip copy, about 40% of the
+		// binary; curl decompresses before the sha256 check.
+		curl := []string{"curl", "-fsSL", "--compressed", "--retry", "10", "--retry-connrefused", "-H", "Authorization: Bearer " + a.Token, "-o", AgentBinaryPath + ".download"}
 		if len(in.CACertPEM) > 0 {
 			curl = append(curl, "--cacert", CACertPath)
 		}

@@ -77,6 +77,7 @@ type Node struct {
 	Round         int64              `json:"round,omitempty"`
 	Deadline      time.Time          `json:"deadline,omitempty"` // interruption deadline while draining
 	LastHeartbeat time.Time          `json:"last_heartbeat,omitempty"`
+	AgentVersion  string             `json:"agent_version,omitempty"` // as the agent said at its last registration
 	CreatedAt     time.Time          `json:"created_at"`
 	UpdatedAt     time.Time          `json:"updated_at"`
 }

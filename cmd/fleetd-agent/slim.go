@@ -1,0 +1,5 @@
+//go:build !nodestore
+
+package main
+
+const nodeStores = false
