@@ -444,8 +444,16 @@ func all(ctx context.Context, agentDir string, rate float64, nodes, n int) error
 		fmt.Sprintf("FIGURE agent_serve_%d_status_p99 = %.1f ms (GET /v1/status during the downloads)", n, float64(sf.apiP99.Microseconds())/1000),
 		fmt.Sprintf("FIGURE agent_serve_%d_ok = %d of %d %s", n, sf.ok, n, verdict(sf.ok == n)))
 	fmt.Println("==== agent: summary ====")
+	missed := 0
 	for _, f := range figs {
 		fmt.Println(f)
+		if strings.HasSuffix(f, " FAIL") {
+			missed++
+		}
+	}
+	// Like every benchmark program: a missed target is a failed run.
+	if missed > 0 {
+		return fmt.Errorf("%d agent targets missed", missed)
 	}
 	return nil
 }
