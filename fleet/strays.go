@@ -19,8 +19,8 @@ import (
 // them (they may be another copy's, see docs/security.md); it reports
 // each once, as an event and in the log, for an operator to delete.
 
-// defaultStrayScan is how often the scan runs (its first run is the first
-// pass after start, when a restored state is most likely).
+// defaultStrayScan is how often the scan runs (its first run is a minute
+// after start, when a restored state is most likely).
 const defaultStrayScan = 5 * time.Minute
 
 type strayScan struct {
@@ -29,16 +29,25 @@ type strayScan struct {
 	reported map[string]bool // instance ids
 }
 
-// due reports whether a scan should run now, and marks it as run.
+// due reports whether a scan should run now, and marks it as run. The
+// first scan waits min(every, strayFirstDelay) after the first pass, so
+// a daemon's start (adoption of in-flight launches) is not crowded by
+// an extra listing.
 func (s *strayScan) due(now time.Time, every time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.last.IsZero() && now.Sub(s.last) < every {
+	if s.last.IsZero() {
+		s.last = now.Add(-every + min(every, strayFirstDelay))
+		return false
+	}
+	if now.Sub(s.last) < every {
 		return false
 	}
 	s.last = now
 	return true
 }
+
+const strayFirstDelay = time.Minute
 
 func (s *strayScan) first(id string) bool {
 	s.mu.Lock()
