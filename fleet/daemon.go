@@ -507,29 +507,35 @@ func (d *Daemon) terminateAll(ctx context.Context) {
 		fleets, err = tx.Fleets()
 		return err
 	})
+	d.eachProvider(ctx, fleets, func(f state.Fleet, name string, p providers.Provider, cfg providers.Config) {
+		who := reconcile.FleetIdentity(f, d.daemonID)
+		insts, err := p.List(ctx, cfg, map[string]string{providers.TagFleet: f.Name, providers.TagDaemonID: d.daemonID})
+		if err != nil {
+			d.log.Warn("dev shutdown: list", "fleet", f.Name, "err", err)
+			return
+		}
+		for _, in := range insts {
+			if in.State == providers.StateTerminated || who.Of(in) != reconcile.Ours {
+				continue
+			}
+			if err := p.Delete(ctx, cfg, in.ID); err != nil {
+				d.log.Warn("dev shutdown: delete", "instance", in.ID, "err", err)
+			}
+		}
+	})
+}
+
+// eachProvider calls fn with every provider block of every fleet whose
+// spec decodes and whose provider is available; the others are skipped.
+func (d *Daemon) eachProvider(ctx context.Context, fleets []state.Fleet, fn func(f state.Fleet, name string, p providers.Provider, cfg providers.Config)) {
 	for _, f := range fleets {
 		fl, err := d.fleetSpec(f)
 		if err != nil {
 			continue
 		}
 		for _, pb := range fl.Providers {
-			p, cfg, err := d.providerFor(ctx, f, pb.Name)
-			if err != nil {
-				continue
-			}
-			who := reconcile.Identity{Fleet: f.Name, DaemonID: d.daemonID, Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged}
-			insts, err := p.List(ctx, cfg, map[string]string{providers.TagFleet: f.Name, providers.TagDaemonID: d.daemonID})
-			if err != nil {
-				d.log.Warn("dev shutdown: list", "fleet", f.Name, "err", err)
-				continue
-			}
-			for _, in := range insts {
-				if in.State == providers.StateTerminated || who.Of(in) != reconcile.Ours {
-					continue
-				}
-				if err := p.Delete(ctx, cfg, in.ID); err != nil {
-					d.log.Warn("dev shutdown: delete", "instance", in.ID, "err", err)
-				}
+			if p, cfg, err := d.providerFor(ctx, f, pb.Name); err == nil {
+				fn(f, pb.Name, p, cfg)
 			}
 		}
 	}

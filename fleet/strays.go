@@ -80,41 +80,31 @@ func (d *Daemon) scanStrays(ctx context.Context, fleets []state.Fleet) {
 		current[f.Name] = true
 	}
 	seen := map[string]bool{} // provider + config: list each scope once
-	for _, f := range fleets {
-		fl, err := d.fleetSpec(f)
+	d.eachProvider(ctx, fleets, func(_ state.Fleet, name string, p providers.Provider, cfg providers.Config) {
+		key := name + "\x00" + string(cfg.Raw)
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		insts, err := p.List(lctx, cfg, map[string]string{providers.TagDaemonID: d.daemonID})
+		cancel()
 		if err != nil {
-			continue
+			d.log.Debug("stray scan: list", "provider", name, "err", err)
+			return
 		}
-		for _, pb := range fl.Providers {
-			p, cfg, err := d.providerFor(ctx, f, pb.Name)
-			if err != nil {
+		sort.Slice(insts, func(i, j int) bool { return insts[i].ID < insts[j].ID })
+		for _, in := range insts {
+			fleet := in.Tags[providers.TagFleet]
+			if in.State == providers.StateTerminated || in.State == providers.StateStopping || current[fleet] || !d.strays.first(in.ID) {
 				continue
 			}
-			key := pb.Name + "\x00" + string(cfg.Raw)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			lctx, cancel := context.WithTimeout(ctx, time.Minute)
-			insts, err := p.List(lctx, cfg, map[string]string{providers.TagDaemonID: d.daemonID})
-			cancel()
-			if err != nil {
-				d.log.Debug("stray scan: list", "provider", pb.Name, "err", err)
-				continue
-			}
-			sort.Slice(insts, func(i, j int) bool { return insts[i].ID < insts[j].ID })
-			for _, in := range insts {
-				name := in.Tags[providers.TagFleet]
-				if in.State == providers.StateTerminated || in.State == providers.StateStopping || current[name] || !d.strays.first(in.ID) {
-					continue
-				}
-				msg := fmt.Sprintf("instance %s (%s) carries this daemon's id and fleet %q, incarnation %q, node %q, but this daemon has no fleet %q: a destroy that did not finish, or a state restored from an older backup, left it; fleetd will not touch it — delete it by hand if it is stray",
-					in.ID, in.Offering.Key(), name, in.Tags[providers.TagIncarnation], in.Tags[providers.TagNodeID], name)
-				d.log.Warn("stray instance", "instance", in.ID, "fleet", name, "incarnation", in.Tags[providers.TagIncarnation])
-				data, _ := json.Marshal(in.Tags)
-				d.appendEvent(ctx, state.Event{Fleet: name, Incarnation: in.Tags[providers.TagIncarnation], Type: "instance.stray", Message: msg,
-					Data: map[string]string{"instance": in.ID, "provider": pb.Name, "fleet": name, "tags": string(data)}})
-			}
+			msg := fmt.Sprintf("instance %s (%s) carries this daemon's id and fleet %q, incarnation %q, node %q, but this daemon has no fleet %q: a destroy that did not finish, or a state restored from an older backup, left it; fleetd will not touch it — delete it by hand if it is stray",
+				in.ID, in.Offering.Key(), fleet, in.Tags[providers.TagIncarnation], in.Tags[providers.TagNodeID], fleet)
+			d.log.Warn("stray instance", "instance", in.ID, "fleet", fleet, "incarnation", in.Tags[providers.TagIncarnation])
+			data, _ := json.Marshal(in.Tags)
+			d.appendEvent(ctx, state.Event{Fleet: fleet, Incarnation: in.Tags[providers.TagIncarnation], Type: "instance.stray", Message: msg,
+				Data: map[string]string{"instance": in.ID, "provider": name, "fleet": fleet, "tags": string(data)}})
 		}
-	}
+	})
 }

@@ -243,7 +243,9 @@ func agentAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 1+i/65536, (i/2
 
 // nodeID is the id populate gives node i, in the daemon's form
 // (<fleet>-<incarnation>-<n>-<random>, here a fixed "part").
-func (bd *benchDaemon) nodeID(i int) string { return fmt.Sprintf("%s-%s-%d-part", bd.fleet, bd.inc, i+1) }
+func (bd *benchDaemon) nodeID(i int) string {
+	return fmt.Sprintf("%s-%s-%d-part", bd.fleet, bd.inc, i+1)
+}
 
 // start serves the API and runs the reconcile loop.
 func (bd *benchDaemon) start(ctx context.Context) error {

@@ -519,7 +519,7 @@ func (c *Controller) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, 
 		ud, err = c.deps.UserData(f.Name, fl, prov)
 		if err == nil {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			who := reconcile.Identity{Fleet: f.Name, DaemonID: c.deps.DaemonID(), Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged}
+			who := reconcile.FleetIdentity(f, c.deps.DaemonID())
 			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
 				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: who.Token(n.ID), Tags: who.Tags(n.ID),
 			})

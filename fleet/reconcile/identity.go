@@ -23,6 +23,11 @@ type Identity struct {
 	LegacyUntagged bool
 }
 
+// FleetIdentity is the identity of fleet f's current incarnation under daemon.
+func FleetIdentity(f state.Fleet, daemon string) Identity {
+	return Identity{Fleet: f.Name, DaemonID: daemon, Incarnation: f.Incarnation, LegacyUntagged: f.LegacyUntagged}
+}
+
 // Tags are the tags a launch for node gives its instance.
 func (id Identity) Tags(node string) map[string]string {
 	t := map[string]string{providers.TagFleet: id.Fleet, providers.TagNodeID: node, providers.TagDaemonID: id.DaemonID}
