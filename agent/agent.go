@@ -82,6 +82,10 @@ type Options struct {
 	// WarmJoinWait bounds how long a starting agent waits for its warm
 	// interpreters before it joins the rendezvous; default DefaultWarmJoinWait.
 	WarmJoinWait time.Duration
+	// MasterListenWait bounds how long a node's warm workers wait for the
+	// master's store to listen after a new round; default
+	// DefaultMasterListenWait.
+	MasterListenWait time.Duration
 	// NoticeMargin: workers asked to checkpoint on a notice must be gone
 	// this long before the notice's deadline; default DefaultNoticeMargin.
 	NoticeMargin time.Duration
@@ -104,6 +108,7 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.PeerLostWindow, DefaultPeerLostWindow)
+	def(&o.MasterListenWait, DefaultMasterListenWait)
 	def(&o.RestartGrace, DefaultRestartGrace)
 	def(&o.DoneMarkerWait, DefaultDoneMarkerWait)
 	def(&o.LeaveTimeout, DefaultLeaveTimeout)

@@ -32,11 +32,11 @@ const (
 	defaultHeartbeat   = 2 * time.Second
 	minBackoff         = 200 * time.Millisecond
 	progressEvery      = 10 * time.Second
-	// masterListenWait bounds how long a node holds its warm workers back
-	// until the master's store listens: torch < 2.4's TCPStore client
-	// retries a refused connect once a second, so waiting longer cannot
-	// win anything.
-	masterListenWait = time.Second
+	// DefaultMasterListenWait bounds how long a node holds its warm
+	// workers back until the master's store listens: torch < 2.4's
+	// TCPStore client retries a refused connect once a second, so waiting
+	// longer cannot win anything.
+	DefaultMasterListenWait = time.Second
 )
 
 // ExitPeerLost is the worker exit code of a lost peer (docs/examples.md).
@@ -109,7 +109,7 @@ type elastic struct {
 	peerLost *time.Timer
 	doneWait *time.Timer
 	// pending is an assignment whose warm workers wait (at most
-	// masterListenWait, timer pendingT) for the master's store.
+	// MasterListenWait, timer pendingT) for the master's store.
 	pending   *rendezvous.Assignment
 	pendingT  *time.Timer
 	pendingAt time.Time
@@ -685,7 +685,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 			e.sup.hasWarm(e.trainingConfig(), v.Assignment.LocalWorldSize) {
 			a := *v.Assignment
 			e.pending, e.pendingAt = &a, time.Now()
-			e.pendingT = time.AfterFunc(masterListenWait, func() {
+			e.pendingT = time.AfterFunc(e.a.opts.MasterListenWait, func() {
 				select {
 				case e.timers <- timerEvent{kind: "master-listen", round: a.Round}:
 				case <-e.sup.quit:
@@ -791,7 +791,7 @@ func (e *elastic) onTimer(ctx context.Context, t timerEvent) {
 	}
 	if t.kind == "master-listen" {
 		if e.pending != nil && e.pending.Round == t.round {
-			e.startPending(fmt.Sprintf("no word from the master's store within %s", masterListenWait))
+			e.startPending(fmt.Sprintf("no word from the master's store within %s", e.a.opts.MasterListenWait))
 		}
 		return
 	}

@@ -18,7 +18,7 @@ const (
 // 0's TCPStore is up), an immediate heartbeat tells the rendezvous, which
 // wakes the other nodes' held-back workers (elastic.adopt). It gives up
 // when the set stops or after listenWatchFor: a job that does not use
-// MASTER_PORT never reports, and the others then wait masterListenWait.
+// MASTER_PORT never reports, and the others then wait Options.MasterListenWait.
 func (e *elastic) reportListening(set *workerSet) {
 	port := set.assign.MasterPort
 	start := time.Now()

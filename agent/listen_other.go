@@ -3,5 +3,5 @@
 package agent
 
 // portListening needs Linux's sock_diag; elsewhere the master never
-// reports and the other nodes wait masterListenWait.
+// reports and the other nodes wait Options.MasterListenWait.
 func portListening(int) bool { return false }

@@ -420,7 +420,11 @@ func TestWarmWorkersWaitForTheMasterStore(t *testing.T) {
 	// that the master's round-2 worker starts warm and listens at once.
 	tc := flakyJob(t, py, script, ckpt, 1, map[string]string{"FAIL_AFTER": "8"})
 	d := newFakeDaemon(t, rdzvConfig(t, 2, 2), tc)
-	agents := []*testAgent{startAgent(t, d, "a", addrs[0]), startAgent(t, d, "b", addrs[1])}
+	// The wait is long here so that a slow (loaded CI) master still
+	// reports within it: the test is about waiting for the report, not
+	// about the default 1 s bound.
+	slowMaster := func(o *Options) { o.MasterListenWait = 20 * time.Second }
+	agents := []*testAgent{startAgent(t, d, "a", addrs[0], slowMaster), startAgent(t, d, "b", addrs[1], slowMaster)}
 	waitAll(t, 90*time.Second, agents...)
 	wantDone(t, d, true)
 	st, err := d.service().Status(testFleet)
