@@ -24,7 +24,7 @@ func (x agentDeps) View(ctx context.Context, fn func(state.Tx) error) error {
 }
 
 func (x agentDeps) Update(ctx context.Context, fn func(state.Tx) error) error {
-	return x.d.update(ctx, fn)
+	return x.d.store.Update(ctx, fn)
 }
 
 func (x agentDeps) AppendEvent(ctx context.Context, e state.Event) { x.d.appendEvent(ctx, e) }
@@ -34,24 +34,24 @@ func (x agentDeps) FleetSpec(f state.Fleet) (*spec.Fleet, error) { return x.d.fl
 func (x agentDeps) URL() string { return x.d.URL() }
 
 func (x agentDeps) Notice(ctx context.Context, fleet string, n interruption.Notice) error {
-	return x.d.HandleNotice(ctx, fleet, n)
+	return x.d.ctrl.HandleNotice(ctx, fleet, n)
 }
 
-func (x agentDeps) Joined(fleet, node string, at time.Time) { x.d.noteJoined(fleet, node, at) }
+func (x agentDeps) Joined(fleet, node string, at time.Time) { x.d.stats.Joined(fleet, node, at) }
 
 func (x agentDeps) FinishRendezvous(ctx context.Context, fleet string, success bool) error {
-	if x.d.rz() == nil {
+	if x.d.rdzv.rz() == nil {
 		return nil
 	}
-	return x.d.rz().Finish(ctx, fleet, success)
+	return x.d.rdzv.rz().Finish(ctx, fleet, success)
 }
 
-func (x agentDeps) Kick() { x.d.kick() }
+func (x agentDeps) Kick() { x.d.ctrl.Kick() }
 
-func (x agentDeps) AgentBinaries() *bootstrap.AgentIndex { return x.d.agents }
+func (x agentDeps) AgentBinaries() *bootstrap.AgentIndex { return x.d.agents.AgentIndex }
 
 func (x agentDeps) VerifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
-	return x.d.verifyScopedToken(ctx, tok)
+	return x.d.tokens.verifyScopedToken(ctx, tok)
 }
 
 func (x agentDeps) Version() string { return x.d.opts.Version }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,8 +48,18 @@ func (c *Config) agentDirs(exe string) []string {
 	return dirs
 }
 
+// agentBinaries are the agent binaries nodes download, by architecture,
+// and the rules that follow from them: offerings of an architecture
+// without one are not servable, and plans say so.
+type agentBinaries struct {
+	*bootstrap.AgentIndex
+	log       *slog.Logger
+	providers ProviderSource
+}
+
 // indexAgents finds the agent binaries and logs what the daemon serves.
-func (d *Daemon) indexAgents() {
+func indexAgents(cfg Config, log *slog.Logger, ps ProviderSource) *agentBinaries {
+	d := &agentBinaries{log: log, providers: ps}
 	exe, err := os.Executable()
 	if err != nil {
 		d.log.Warn("agent binaries: cannot locate the daemon executable", "err", err)
@@ -56,26 +67,27 @@ func (d *Daemon) indexAgents() {
 	} else if p, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = p
 	}
-	d.agents = bootstrap.IndexAgents(d.cfg.agentDirs(exe), exe)
-	for _, s := range d.agents.Skipped {
+	d.AgentIndex = bootstrap.IndexAgents(cfg.agentDirs(exe), exe)
+	for _, s := range d.Skipped {
 		d.log.Warn("agent binary skipped", "why", s)
 	}
-	for _, b := range d.agents.All() {
+	for _, b := range d.All() {
 		d.log.Info("agent binary", "platform", "linux/"+b.Arch, "flavor", b.Flavor, "path", b.Path, "sha256", b.SHA256, "size", b.Size, "self", b.Self)
 	}
-	for _, b := range d.agents.Binaries() {
+	for _, b := range d.Binaries() {
 		if b.Flavor == bootstrap.FlavorFull {
 			// Nothing breaks, but every node pulls the whole daemon.
 			d.log.Warn("no slim agent: nodes download the full fleetd binary", "platform", "linux/"+b.Arch, "size", b.Size,
-				"fix", bootstrap.AgentFix(b.Arch, d.agents.Dirs))
+				"fix", bootstrap.AgentFix(b.Arch, d.Dirs))
 		}
 	}
 	for _, arch := range bootstrap.AgentArches {
-		if _, ok := d.agents.Lookup(arch); !ok {
-			d.log.Info("no agent binary: fleets on this architecture are refused", "platform", "linux/"+arch, "looked_in", d.agents.Dirs,
-				"fix", bootstrap.AgentFix(arch, d.agents.Dirs))
+		if _, ok := d.Lookup(arch); !ok {
+			d.log.Info("no agent binary: fleets on this architecture are refused", "platform", "linux/"+arch, "looked_in", d.Dirs,
+				"fix", bootstrap.AgentFix(arch, d.Dirs))
 		}
 	}
+	return d
 }
 
 // downloadsAgent reports whether a provider's nodes download the agent
@@ -84,11 +96,11 @@ func (d *Daemon) indexAgents() {
 func downloadsAgent(provider string) bool { return provider != "local" && provider != "sim" }
 
 // noAgentFor is the reason o cannot be served an agent ("" when it can).
-func (d *Daemon) noAgentFor(o providers.Offering) string {
+func (d *agentBinaries) noAgentFor(o providers.Offering) string {
 	if !downloadsAgent(o.Provider) {
 		return ""
 	}
-	if _, ok := d.agents.Lookup(o.Arch); ok {
+	if _, ok := d.Lookup(o.Arch); ok {
 		return ""
 	}
 	return "no agent binary for " + bootstrap.NormalizeArch(o.Arch)
@@ -96,7 +108,7 @@ func (d *Daemon) noAgentFor(o providers.Offering) string {
 
 // servableOfferings drops the offerings whose nodes could not be handed
 // an agent, so placement never picks them; excluded counts them by reason.
-func (d *Daemon) servableOfferings(offs []providers.Offering) (kept []providers.Offering, excluded map[string]int) {
+func (d *agentBinaries) servableOfferings(offs []providers.Offering) (kept []providers.Offering, excluded map[string]int) {
 	for i, o := range offs {
 		why := d.noAgentFor(o)
 		if why == "" {
@@ -129,7 +141,7 @@ func excludedNotes(excluded map[string]int) []string {
 
 // markNoAgent marks ranked offerings that cannot be served an agent as
 // excluded (the offerings view), keeping the launchable ones first.
-func (d *Daemon) markNoAgent(rs []placement.Ranked) []placement.Ranked {
+func (d *agentBinaries) markNoAgent(rs []placement.Ranked) []placement.Ranked {
 	changed := false
 	for i := range rs {
 		if rs[i].Excluded != "" {
@@ -151,8 +163,8 @@ func (d *Daemon) markNoAgent(rs []placement.Ranked) []placement.Ranked {
 // daemon has an agent for. A fleet with some servable offerings passes:
 // placement leaves the others out. Providers that cannot list offerings
 // now are not judged here; plan notes and check report them.
-func (d *Daemon) checkAgentBinaries(ctx context.Context, file *spec.File) error {
-	if d.opts.Providers == nil {
+func (d *agentBinaries) checkAgentBinaries(ctx context.Context, file *spec.File) error {
+	if d.providers == nil {
 		return nil
 	}
 	for _, fl := range file.Fleets {
@@ -163,7 +175,7 @@ func (d *Daemon) checkAgentBinaries(ctx context.Context, file *spec.File) error 
 				servable = true
 				continue
 			}
-			p, err := d.opts.Providers.Get(ctx, pb.Name)
+			p, err := d.providers.Get(ctx, pb.Name)
 			if err != nil {
 				continue
 			}
@@ -190,7 +202,7 @@ func (d *Daemon) checkAgentBinaries(ctx context.Context, file *spec.File) error 
 		if servable || len(arches) == 0 {
 			continue
 		}
-		e := &api.NoAgentError{Fleet: fl.Name, Have: d.agents.Arches(), Looked: d.agents.Dirs}
+		e := &api.NoAgentError{Fleet: fl.Name, Have: d.Arches(), Looked: d.Dirs}
 		for arch := range arches {
 			e.Arches = append(e.Arches, arch)
 		}
@@ -198,7 +210,7 @@ func (d *Daemon) checkAgentBinaries(ctx context.Context, file *spec.File) error 
 		for _, arch := range e.Arches {
 			e.Offerings = append(e.Offerings, arches[arch]...)
 		}
-		e.Fix = bootstrap.AgentFix(e.Arches[0], d.agents.Dirs)
+		e.Fix = bootstrap.AgentFix(e.Arches[0], d.Dirs)
 		return e
 	}
 	return nil

@@ -134,7 +134,7 @@ fleet "t4" {
 	fl := file.Fleets[0]
 	for _, arch := range []string{other, runtime.GOARCH} {
 		n := state.Node{ID: "t4-1-0001", Offering: providers.Offering{Provider: awsprov.Name, InstanceType: otherType, Arch: arch}}
-		ud, err := td.userData("t4", fl, n)
+		ud, err := nodeBoot{td.Daemon}.UserData("t4", fl, n)
 		if err != nil {
 			t.Fatal(err)
 		}

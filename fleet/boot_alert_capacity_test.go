@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -29,17 +29,17 @@ func TestBootFailureAlertIgnoresMarketRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("unavailable=%q", tc.unavailable), func(t *testing.T) {
-			d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}, agentAPI: agentapi.New(nil, nil, time.Now, "", nil)}
-			for i := 1; i <= 2*bootAlertCount; i++ {
+			d := bareDaemon()
+			for i := 1; i <= 2*stats.BootAlertCount; i++ {
 				data := map[string]string{"from": string(state.NodeProvisioning), "to": string(state.NodeFailed)}
 				if tc.unavailable != "" {
 					data["unavailable"] = tc.unavailable
 				}
-				d.tallyEvent(state.Event{Seq: uint64(i), Time: time.Now(), Fleet: "f", Node: fmt.Sprint("n", i), Type: "node.transition", Data: data})
+				d.stats.Tally.Event(state.Event{Seq: uint64(i), Time: time.Now(), Fleet: "f", Node: fmt.Sprint("n", i), Type: "node.transition", Data: data})
 			}
 			got := false
 			for _, a := range d.alerts("f") {
-				got = got || a.Kind == AlertBootFailures
+				got = got || a.Kind == stats.AlertBootFailures
 			}
 			if got != tc.alert {
 				t.Errorf("boot-failure alert %v, want %v (alerts %+v)", got, tc.alert, d.alerts("f"))
@@ -78,7 +78,7 @@ func TestLaunchCapacityEventSaysUnavailable(t *testing.T) {
 					t.Fatalf("failed launch event %+v: want unavailable=capacity", e)
 				}
 				for _, a := range td.alerts("train") {
-					if a.Kind == AlertBootFailures {
+					if a.Kind == stats.AlertBootFailures {
 						t.Errorf("boot-failure alert on capacity errors: %+v", a)
 					}
 				}

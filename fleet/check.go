@@ -18,6 +18,17 @@ import (
 	"github.com/fleetd/fleetd/providers"
 )
 
+// checker answers `fleetd check` and the preflight of plan and apply:
+// can each provider block launch, can nodes reach the daemon, is there an
+// agent binary for each offering's architecture.
+type checker struct {
+	providers ProviderSource
+	agents    *agentBinaries
+	// url is the daemon's URL as nodes are told it.
+	url   func() string
+	parse func(api.ApplyRequest) (*spec.File, error)
+}
+
 // checkTimeout bounds one provider block's preflight; a full AWS check is a
 // few dozen calls per region.
 const checkTimeout = 2 * time.Minute
@@ -25,7 +36,7 @@ const checkTimeout = 2 * time.Minute
 // preflight runs the providers' checks for the fleets of a spec, one
 // goroutine per provider block. Providers without a preflight get a note,
 // not a failure: fleetd can still use them.
-func (d *Daemon) preflight(ctx context.Context, fleets []*spec.Fleet, quick bool) api.CheckReport {
+func (d *checker) preflight(ctx context.Context, fleets []*spec.Fleet, quick bool) api.CheckReport {
 	type job struct {
 		i  int
 		fl *spec.Fleet
@@ -59,13 +70,13 @@ func (d *Daemon) preflight(ctx context.Context, fleets []*spec.Fleet, quick bool
 	return rep
 }
 
-func (d *Daemon) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Provider, quick bool) api.ProviderCheck {
+func (d *checker) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Provider, quick bool) api.ProviderCheck {
 	pc := api.ProviderCheck{Fleet: fl.Name, Provider: pb.Name}
-	if d.opts.Providers == nil {
+	if d.providers == nil {
 		pc.Note = "no providers configured in this daemon"
 		return pc
 	}
-	p, err := d.opts.Providers.Get(ctx, pb.Name)
+	p, err := d.providers.Get(ctx, pb.Name)
 	if err != nil {
 		pc.Results = []providers.CheckResult{{Check: "provider plugin", Status: providers.CheckFailed, Detail: err.Error(),
 			Fix: "check the daemon's plugin configuration (docs/plugins.md)"}}
@@ -102,7 +113,7 @@ func (d *Daemon) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Prov
 // (placement leaves its offerings out). Providers whose nodes do not
 // download the agent (local, sim) get no row. The apply's quick preflight
 // skips these rows: checkAgentBinaries refuses there.
-func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Provider, p providers.Provider) []providers.CheckResult {
+func (d *checker) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Provider, p providers.Provider) []providers.CheckResult {
 	if !downloadsAgent(pb.Name) {
 		return nil
 	}
@@ -168,7 +179,7 @@ func (d *Daemon) agentBinaryRows(ctx context.Context, fl *spec.Fleet, pb spec.Pr
 
 // preflightApply runs the quick preflight for the fleets an apply creates
 // or changes, and refuses the apply when any check fails.
-func (d *Daemon) preflightApply(ctx context.Context, file *spec.File, plan api.Plan) error {
+func (d *checker) preflightApply(ctx context.Context, file *spec.File, plan api.Plan) error {
 	var fleets []*spec.Fleet
 	for i, fl := range file.Fleets {
 		if i < len(plan.Fleets) && (plan.Fleets[i].Action == api.ActionCreate || plan.Fleets[i].Action == api.ActionUpdate) {
@@ -187,12 +198,12 @@ func (d *Daemon) preflightApply(ctx context.Context, file *spec.File, plan api.P
 
 // checkHandler serves POST /v1/check: the preflight of every provider
 // block of a spec's fleets, without launching anything.
-func (d *Daemon) checkHandler(w http.ResponseWriter, r *http.Request) {
+func (d *checker) checkHandler(w http.ResponseWriter, r *http.Request) {
 	var req api.CheckRequest
 	if !api.DecodeBody(w, r, &req) {
 		return
 	}
-	file, err := d.parseRequest(req.ApplyRequest)
+	file, err := d.parse(req.ApplyRequest)
 	if err != nil {
 		var se *api.SpecError
 		if errors.As(err, &se) {

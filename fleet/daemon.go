@@ -14,19 +14,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/autoscale"
-	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/intake"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -78,12 +77,14 @@ type Daemon struct {
 
 	daemonID   string
 	token      string
-	tokens     tokenCache // scoped tokens (tokens.go)
+	tokens     *scopedTokens // scoped tokens (tokens.go)
 	nodeSecret []byte
 	ca         *CA
 	// agents are the agent binaries nodes download, by architecture;
 	// indexed at start (agentbinaries.go).
-	agents *bootstrap.AgentIndex
+	agents *agentBinaries
+	// check answers `fleetd check` and the preflight of apply (check.go).
+	check *checker
 	// agentAPI serves the nodes' agents (fleet/agentapi): registration,
 	// notices, logs, checkpoint store access and reports.
 	agentAPI *agentapi.API
@@ -92,32 +93,29 @@ type Daemon struct {
 	listener net.Listener
 	httpSrv  *http.Server
 
-	evMu     sync.Mutex
-	evNotify chan struct{} // closed and replaced at every appended event
+	// eventLog wakes event followers at every committed write and
+	// tallies the log (events.go); its Events and EventsChanged serve the
+	// API.
+	*eventLog
+	// fleetViews answer status and fleet detail (status.go).
+	*fleetViews
 
-	kickc chan struct{}
-	tick  time.Duration
-
-	// rdzv is the rendezvous service; a server that becomes the leader of
-	// a cluster replaces it with one loaded from the store (rz reads it).
-	rdzv   atomic.Pointer[rendezvous.Service]
+	// rdzv hosts the rendezvous service; a server that becomes the leader
+	// of a cluster replaces it with one loaded from the store.
+	rdzv   *rdzvHost
 	params reconcile.Params
-	// autoscaleParams tune the goodput autoscaler (autoscaler.go).
+	// autoscaleParams tune the goodput autoscaler (training.go).
 	autoscaleParams autoscale.Params
-	stats           *recoveryStats
-	// metrics is the Prometheus registry behind /metrics; tally counts
-	// interruptions and boot failures from the event log (stats.go).
+	// stats are the in-memory measurements (recoveries, provider calls,
+	// prices, the event log's tally: fleet/stats); metrics is the
+	// Prometheus registry behind /metrics.
+	stats   *stats.Stats
 	metrics *Metrics
-	tally   eventTally
 	stream  *api.Stream
 
-	rtMu       sync.Mutex
-	runtimes   map[string]*fleetRuntime
-	fleetLocks map[string]*sync.Mutex
-	noticeAt   sync.Map
-	rdzvEvents chan state.Event
-	intake     *intake.Intake
-	// ctrl performs the reconcile passes' plans (fleet/controller).
+	intake *intake.Intake
+	// ctrl owns the running fleets and their reconcile passes
+	// (fleet/controller); it runs only while this server leads (leader.go).
 	ctrl *controller.Controller
 
 	specMu    sync.Mutex
@@ -156,13 +154,16 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		st = bolt
 	}
 	var err error
-	d := &Daemon{cl: cl, cfg: cfg, opts: opts, log: log, store: st, now: now, started: now(), evNotify: make(chan struct{}), specCache: map[string]cachedSpec{}, kickc: make(chan struct{}, 1),
-		tick: opts.Tick, params: opts.Params, stats: newRecoveryStats(), runtimes: map[string]*fleetRuntime{}, fleetLocks: map[string]*sync.Mutex{}, rdzvEvents: make(chan state.Event, 4096)}
+	d := &Daemon{cl: cl, cfg: cfg, opts: opts, log: log, now: now, started: now(), specCache: map[string]cachedSpec{},
+		params: opts.Params}
+	d.metrics = newMetrics(opts.Version)
+	d.stats = stats.New(d.metrics.reg)
+	d.eventLog = newEventLog(&d.stats.Tally, log)
+	d.store = notifyingStore{Store: st, notify: d.notifyEvents}
+	d.eventLog.store = d.store
+	d.rdzv = newRdzvHost(d.store, st, now, log, d.stats, func() { d.ctrl.Kick() })
+	d.tokens = &scopedTokens{store: d.store, now: now, log: log}
 	d.intake = intake.New(intakeDeps{d}, log, opts.PollInterval)
-	d.ctrl = controller.New(controllerDeps{d}, log)
-	if d.tick <= 0 {
-		d.tick = 2 * time.Second
-	}
 	d.autoscaleParams = mergeAutoscale(opts.Autoscale, cfg.Autoscale.Params())
 	if d.params.MaxLaunchesPerPass == 0 {
 		// The reconciler's default (8) paces growth; replacements after an
@@ -177,6 +178,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
+	d.ctrl = d.newController()
 	if err := d.loadNodeSecret(); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("node secret: %w", err)
@@ -192,27 +194,21 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 	}
-	if err := d.loadRendezvous(ctx); err != nil {
+	if err := d.rdzv.loadRendezvous(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
-	d.indexAgents()
+	d.agents = indexAgents(d.cfg, d.log, d.opts.Providers)
+	d.check = &checker{providers: d.opts.Providers, agents: d.agents, url: d.URL, parse: d.parseRequest}
 	d.agentAPI = agentapi.New(agentDeps{d}, log, d.now, d.token, d.nodeSecret)
 	d.agentAPI.WarmBinaryCache()
-	d.metrics = newMetrics(newFleetCollector(d), opts.Version)
-	d.metrics.reg.MustRegister(checkpointCollector{d})
+	d.rdzv.auth = rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)
+	d.fleetViews = &fleetViews{store: d.store, ctrl: d.ctrl, stats: d.stats, rdzv: d.rdzv, agentAPI: d.agentAPI, cl: d.cl, log: log, now: now,
+		spec: d.fleetSpec, moveCost: d.moveCost, version: opts.Version, daemonID: d.daemonID, started: d.started}
+	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d})
 	d.api = api.NewServer(d, d.token, log)
-	d.api.Scoped = d.verifyScopedToken
-	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		svc := d.rz()
-		if svc == nil {
-			// Between terms: this server just stopped leading.
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "this server does not lead now; retry", http.StatusServiceUnavailable)
-			return
-		}
-		svc.Handler(rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)).ServeHTTP(w, r)
-	}))
+	d.api.Scoped = d.tokens.verifyScopedToken
+	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(d.rdzv.serveRendezvous))
 	d.mountRoutes(d.api.Extra)
 	// Observability: the event stream and /metrics need a read token (or
 	// better); the dashboard's static files carry no data and are served
@@ -223,40 +219,6 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	dashboard.Mount(d.api.Extra)
 	return d, nil
 }
-
-// rz is the current rendezvous service.
-func (d *Daemon) rz() *rendezvous.Service { return d.rdzv.Load() }
-
-// loadRendezvous (re)builds the rendezvous service from the store: at
-// start, and when this server becomes a cluster's leader (the previous
-// leader's rounds are in the store, not in this process).
-func (d *Daemon) loadRendezvous(ctx context.Context) error {
-	svc, err := rendezvous.NewService(ctx, rendezvous.Options{Store: rdzvStore{st: d.store}, Now: d.now, Logger: d.log, OnChange: d.onRendezvous, OnWatcherGone: d.onWatcherGone})
-	if err != nil {
-		return fmt.Errorf("rendezvous: %w", err)
-	}
-	if old := d.rdzv.Swap(svc); old != nil {
-		// Asynchronous: Close waits for a save in flight, which a deposed
-		// term's fence may be refusing with backoff.
-		go old.Close()
-	}
-	return nil
-}
-
-// onWatcherGone: a node's agent dropped its watch. Look at the fleet's
-// instances now rather than at the next tick: a node that died is then
-// replaced (and its survivors regrouped) within a pass instead of up to a
-// tick later. The provider's listing stays the authority, so an agent
-// that merely restarted changes nothing. A second look shortly after
-// covers a node whose agent died a moment before the rest of it.
-func (d *Daemon) onWatcherGone(fleet, node string) {
-	d.log.Debug("agent dropped its watch: checking the fleet's instances now", "fleet", fleet, "node", node)
-	d.kick()
-	time.AfterFunc(watchGoneRecheck, d.kick)
-}
-
-// watchGoneRecheck is when onWatcherGone looks a second time.
-const watchGoneRecheck = 300 * time.Millisecond
 
 // initIdentity loads or creates the daemon id (in state) and admin token (file, 0600).
 func (d *Daemon) initIdentity(ctx context.Context) error {
@@ -281,7 +243,7 @@ func (d *Daemon) initIdentity(ctx context.Context) error {
 		// Every server of a cluster accepts the same admin token: it lives
 		// in the shared state (the first server to start makes it), and
 		// each server writes it to its token file for the CLI on that VM.
-		tok, err := d.sharedSecret(ctx, "admin_token", func() (string, error) {
+		tok, err := sharedSecret(ctx, d.store, "admin_token", func() (string, error) {
 			if b, err := os.ReadFile(d.cfg.TokenFile); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
 				return strings.TrimSpace(string(b)), nil
 			}
@@ -314,9 +276,9 @@ func (d *Daemon) initIdentity(ctx context.Context) error {
 // sharedSecret returns the meta value key, creating it with mk when
 // absent; concurrent first starts of several servers agree on one value
 // (the store's transactions serialize them).
-func (d *Daemon) sharedSecret(ctx context.Context, key string, mk func() (string, error)) (string, error) {
+func sharedSecret(ctx context.Context, st state.Store, key string, mk func() (string, error)) (string, error) {
 	var out string
-	err := d.store.Update(ctx, func(tx state.Tx) error {
+	err := st.Update(ctx, func(tx state.Tx) error {
 		v, err := tx.Meta(key)
 		if err != nil {
 			return err
@@ -410,11 +372,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.httpSrv.Serve(d.listener) }()
 	var leading sync.WaitGroup
+	var single *term // a single server leads for its whole life
 	if d.cl == nil {
-		go d.reconcileLoop(ctx)
-		go d.rdzvEventWriter(ctx)
-		go d.intake.Run(ctx)
-		d.kick()
+		single = d.establishLeadership(ctx)
 	} else {
 		self := cluster.Server{Name: d.cl.cfg.Name, URL: d.URL()}
 		leading.Add(1)
@@ -451,51 +411,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.httpSrv.Shutdown(sctx); err != nil {
 		d.httpSrv.Close()
 	}
-	// Its own deadline: Shutdown may have used all of sctx's.
-	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer fcancel()
-	if d.cl == nil {
-		d.flushRuntimes(fctx)
+	if single != nil {
+		// After the API closed: no notice or registration changes a
+		// runtime while it is flushed.
+		d.revokeLeadership(single, true)
 	}
 	return nil
 }
 
 // Close releases the rendezvous service and the state store; call after Run returns.
 func (d *Daemon) Close() error {
-	if d.rz() != nil {
-		d.rz().Close()
+	if d.rdzv.rz() != nil {
+		d.rdzv.rz().Close()
 	}
 	err := d.store.Close()
 	d.cl.close()
-	return err
-}
-
-// appendEvents persists events in tx and wakes long-polls after commit.
-func (d *Daemon) notifyEvents() {
-	d.evMu.Lock()
-	close(d.evNotify)
-	d.evNotify = make(chan struct{})
-	d.evMu.Unlock()
-}
-
-// EventsChanged implements api.Backend.
-func (d *Daemon) EventsChanged() <-chan struct{} {
-	d.evMu.Lock()
-	defer d.evMu.Unlock()
-	return d.evNotify
-}
-
-// Events implements api.Backend.
-func (d *Daemon) Events(ctx context.Context, since uint64, limit int) ([]state.Event, error) {
-	return d.store.Events(ctx, since, limit)
-}
-
-// update runs fn in a durable transaction and wakes event followers.
-func (d *Daemon) update(ctx context.Context, fn func(state.Tx) error) error {
-	err := d.store.Update(ctx, fn)
-	if err == nil {
-		d.notifyEvents()
-	}
 	return err
 }
 

@@ -232,7 +232,7 @@ func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 		t.Errorf("replacement requested %s after the notice, want ≤ 1s", d)
 	}
 	// The victim is draining and out of the rendezvous at once.
-	st, err := td.rz().Status("train")
+	st, err := td.rdzv.rz().Status("train")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func newFuzzDaemon(tb testing.TB) *fuzzDaemon {
 	}
 	// Reconcile passes, as the loop would run them, until the nodes exist.
 	for range 20 {
-		d.reconcileAll(ctx)
+		d.ctrl.ReconcileAll(ctx)
 		var nodes []state.Node
 		_ = d.store.View(ctx, func(tx state.Tx) error {
 			nodes, err = tx.Nodes("train")
@@ -160,7 +160,7 @@ func (fd *fuzzDaemon) drainRendezvousEvents() int {
 	n := 0
 	for {
 		select {
-		case <-fd.rdzvEvents:
+		case <-fd.rdzv.events:
 			n++
 		default:
 			return n
@@ -198,7 +198,7 @@ func (fd *fuzzDaemon) fingerprint(tb testing.TB) []byte {
 			if fs.Nodes, err = tx.Nodes(f.Name); err != nil {
 				return err
 			}
-			if st, err := fd.rz().Status(f.Name); err == nil {
+			if st, err := fd.rdzv.rz().Status(f.Name); err == nil {
 				fs.Rdzv = &st
 			}
 			out.Fleets = append(out.Fleets, fs)
@@ -210,11 +210,11 @@ func (fd *fuzzDaemon) fingerprint(tb testing.TB) []byte {
 		tb.Fatal(err)
 	}
 	out.Notices = map[string]int{}
-	fd.rtMu.Lock()
-	for name, rt := range fd.runtimes {
-		out.Notices[name] = len(rt.notices)
+	for _, f := range out.Fleets {
+		if v, ok := fd.ctrl.View(f.Fleet.Name); ok {
+			out.Notices[f.Fleet.Name] = v.Notices
+		}
 	}
-	fd.rtMu.Unlock()
 	b, err := json.Marshal(out)
 	if err != nil {
 		tb.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetd/fleetd/fleet/stats"
 )
 
 // exportedFamilies is every metric family the daemon can export: its own
@@ -17,12 +19,12 @@ import (
 // and what the runtime collectors gather.
 func exportedFamilies(t *testing.T) map[string]bool {
 	t.Helper()
-	m := newMetrics(nil, "test")
+	m := newMetrics("test")
 	out := map[string]bool{}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, c := range []prometheus.Collector{m.interruptions, m.nodeFailures, m.recovery, m.reconcile, m.providerCalls, m.providerErrors, m.roundLatency, newFleetCollector(nil), newOpsCollector(nil)} {
+		for _, c := range append(stats.New(nil).Collectors(), newFleetCollector(nil), newOpsCollector(nil)) {
 			c.Describe(ch)
 		}
 		close(ch)

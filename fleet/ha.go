@@ -147,9 +147,7 @@ func (d *Daemon) lead(ctx context.Context, self cluster.Server) {
 		// would run its timers on members it never hears from and try to
 		// save rounds its fence refuses. Closing may wait for a save in
 		// flight, so it does not hold up the campaign.
-		if svc := d.rdzv.Swap(nil); svc != nil {
-			go svc.Close()
-		}
+		d.rdzv.stop()
 		term, err := c.elector.Campaign(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -159,42 +157,35 @@ func (d *Daemon) lead(ctx context.Context, self cluster.Server) {
 			continue
 		}
 		d.log.Info("this server is the leader", "server", self.Name, "term", term.Rev)
-		// What the previous leader did is in the store, not here: drop the
-		// per-fleet caches and reload the rendezvous rounds before acting.
-		d.resetRuntimes()
-		if err := d.loadRendezvous(ctx); err != nil {
+		// What the previous leader did is in the store, not here: reload
+		// the rendezvous rounds (and, in establishLeadership, the fleets'
+		// runtimes) before acting.
+		if err := d.rdzv.loadRendezvous(ctx); err != nil {
 			d.log.Error("leader: reload rendezvous; resigning", "err", err)
 			term.Resign(context.Background())
 			continue
 		}
 		c.term.Store(term)
-		tctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		d.runLeaderWork(tctx, &wg)
+		duties := d.establishLeadership(ctx)
 		select {
 		case <-term.Done():
 			d.log.Warn("leadership lost: stopping the leader's work", "server", self.Name, "term", term.Rev)
 		case <-ctx.Done():
 		}
-		cancel()
-		wg.Wait()
-		if ctx.Err() == nil {
-			// The lease may still be alive on etcd's side (this server only
-			// stopped being sure of it): drop it so the next leader need not
-			// wait for it to expire.
-			term.Resign(context.Background())
-		}
-		if ctx.Err() != nil {
-			// A clean shutdown saves the runtimes' accounting in this term,
-			// then hands over at once instead of after the TTL.
-			fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			d.flushRuntimes(fctx)
-			fcancel()
-			c.term.Store(nil)
-			term.Resign(context.Background())
+		// A clean shutdown saves the runtimes' accounting in this term
+		// (its fence still holds), then hands over at once instead of
+		// after the TTL. A lost term saves nothing: its writes would be
+		// refused, and the next leader starts from the store.
+		shutdown := ctx.Err() != nil
+		d.revokeLeadership(duties, shutdown)
+		// Resign either way: after a loss the lease may still be alive on
+		// etcd's side (this server only stopped being sure of it), and
+		// the next leader need not wait for it to expire.
+		c.term.Store(nil)
+		term.Resign(context.Background())
+		if shutdown {
 			return
 		}
-		c.term.Store(nil)
 	}
 }
 
@@ -235,26 +226,6 @@ func (d *Daemon) otherServers() []string {
 	}
 	c.servers, c.serversAt = out, time.Now()
 	return out
-}
-
-// runLeaderWork starts what only the leader runs.
-func (d *Daemon) runLeaderWork(ctx context.Context, wg *sync.WaitGroup) {
-	for _, f := range []func(context.Context){d.reconcileLoop, d.rdzvEventWriter, d.intake.Run} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(ctx)
-		}()
-	}
-	d.kick()
-}
-
-// resetRuntimes forgets the per-fleet runtime caches, so they are loaded
-// from the store again.
-func (d *Daemon) resetRuntimes() {
-	d.rtMu.Lock()
-	d.runtimes = map[string]*fleetRuntime{}
-	d.rtMu.Unlock()
 }
 
 // forwardedByHeader names the follower that forwarded a request, so the

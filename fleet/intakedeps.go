@@ -44,7 +44,7 @@ func (x intakeDeps) LiveFleets(ctx context.Context) ([]intake.Fleet, error) {
 }
 
 func (x intakeDeps) Notice(ctx context.Context, fleet string, n interruption.Notice) error {
-	return x.d.HandleNotice(ctx, fleet, n)
+	return x.d.ctrl.HandleNotice(ctx, fleet, n)
 }
 
 func (x intakeDeps) NodeByInstance(ctx context.Context, instanceID string) (string, string, bool, error) {

@@ -355,7 +355,7 @@ func TestLoadThousandAgentsHeartbeat(t *testing.T) {
 		t.Fatal("no heartbeat measured")
 	}
 	// Steady state held: the same round, every node still running.
-	st, err := td.rz().Status("swarm")
+	st, err := td.rdzv.rz().Status("swarm")
 	if err != nil {
 		t.Fatal(err)
 	}

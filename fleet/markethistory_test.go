@@ -8,38 +8,10 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
-	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
-
-// TestMergeSpotHistory: per offering the better informed history wins,
-// ties go to the fleet's fresher look, and fleet-local marks are dropped.
-func TestMergeSpotHistory(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	now := t0.Add(10 * time.Hour)
-	seen := func(key string, ends int, upH float64, up bool, since time.Time) placement.SpotSeen {
-		return placement.SpotSeen{Key: key, Ends: ends, UpSeconds: upH * 3600, Up: up, Since: since}
-	}
-	into := []placement.SpotSeen{
-		seen("a", 5, 20, true, t0),
-		seen("b", 1, 3, false, t0),
-		seen("c", 2, 4, true, t0),
-	}
-	fresh := seen("c", 2, 4, true, t0)
-	fresh.CarriedEnds, fresh.CarriedUpSeconds = 2, 4*3600
-	from := []placement.SpotSeen{
-		seen("a", 1, 2, true, t0.Add(9*time.Hour)), // knows less than the deployment
-		seen("b", 2, 3, true, t0.Add(8*time.Hour)), // one more ended run
-		fresh, // as informed: the fleet's look
-		seen("d", 0, 0, true, t0.Add(7*time.Hour)), // new offering
-	}
-	got := mergeSpotHistory(into, from, now)
-	want := []placement.SpotSeen{into[0], from[1], seen("c", 2, 4, true, t0), from[3]}
-	if !(placement.FallbackState{Spot: got}).Equal(placement.FallbackState{Spot: want}) {
-		t.Fatalf("merged\n%+v\nwant\n%+v", got, want)
-	}
-}
 
 // TestNewFleetStartsFromDeploymentHistory: what one fleet saw of the spot
 // market is kept per deployment, and a fleet applied later starts from it
@@ -59,7 +31,7 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
 		t.Fatal(err)
 	}
-	var first marketHistory
+	var first controller.MarketHistory
 	waitFor(t, "the deployment's market history", 10*time.Second, func() bool {
 		first = readMarketHistory(t, td)
 		return len(first.Spot) == 2
@@ -69,7 +41,7 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "later.hcl", Source: second}); err != nil {
 		t.Fatal(err)
 	}
-	var rt savedRuntime
+	var rt controller.SavedRuntime
 	waitFor(t, "the later fleet's runtime", 10*time.Second, func() bool {
 		rt = readRuntime(t, td, "later")
 		return len(rt.Fallback.Spot) == 2
@@ -92,12 +64,12 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 	}
 }
 
-func readMarketHistory(t *testing.T, td *testDaemon) marketHistory {
+func readMarketHistory(t *testing.T, td *testDaemon) controller.MarketHistory {
 	t.Helper()
-	var h marketHistory
+	var h controller.MarketHistory
 	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
 		var err error
-		h, err = loadMarketHistory(tx)
+		h, err = controller.LoadMarketHistory(tx)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -105,11 +77,11 @@ func readMarketHistory(t *testing.T, td *testDaemon) marketHistory {
 	return h
 }
 
-func readRuntime(t *testing.T, td *testDaemon, fleet string) savedRuntime {
+func readRuntime(t *testing.T, td *testDaemon, fleet string) controller.SavedRuntime {
 	t.Helper()
-	var rt savedRuntime
+	var rt controller.SavedRuntime
 	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
-		b, err := tx.Meta(runtimeKey(fleet))
+		b, err := tx.Meta(controller.RuntimeKey(fleet))
 		if err != nil || len(b) == 0 {
 			return err
 		}

@@ -14,78 +14,26 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
-// Metrics is the daemon's Prometheus instrumentation. It owns its registry
-// (never the global one) so several daemons in one test process do not
-// collide. Counters and histograms are updated by the hooks in stats.go;
+// Metrics is the daemon's Prometheus registry. It is its own (never the
+// global one) so several daemons in one test process do not collide. The
+// counters and histograms are fleet/stats' (registered by stats.New);
 // fleet and node gauges are computed from the state store at scrape time,
 // so they can never drift from what /v1/status says.
 type Metrics struct {
 	reg *prometheus.Registry
-
-	interruptions  *prometheus.CounterVec
-	nodeFailures   *prometheus.CounterVec
-	recovery       *prometheus.HistogramVec
-	reconcile      *prometheus.HistogramVec
-	providerCalls  *prometheus.CounterVec
-	providerErrors *prometheus.CounterVec
-	roundLatency   *prometheus.HistogramVec
 }
 
-// Recovery durations span seconds (survivors re-forming a round) to many
-// minutes (a cloud replacement booting), hence the wide buckets.
-var recoveryBuckets = []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800}
-
-// newMetrics builds the registry. fleets reads the gauges at scrape time;
-// nil leaves them out (unit tests of the hooks).
-func newMetrics(fleets prometheus.Collector, version string) *Metrics {
-	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetd_interruptions_total",
-			Help: "Interruption notices taken, by fleet, kind (spot-interruption, rebalance, preempted, ...) and source (agent/imds, provider/aws, ...). Counted from the event log, so totals survive daemon restarts.",
-		}, []string{"fleet", "kind", "source"}),
-		nodeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetd_node_failures_total",
-			Help: "Nodes that ended in state failed, by fleet and the state they failed from (provisioning: launch error; booting: boot timeout or lost before boot).",
-		}, []string{"fleet", "from"}),
-		recovery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleetd_recovery_duration_seconds",
-			Help:    "Measured recoveries: kind=round-reformed is notice → the survivors' next rendezvous round closed; kind=training-resumed is notice → the survivors' workers report progress again (FLEETD_PROGRESS); kind=replacement-joined is launch requested → the node's agent registered.",
-			Buckets: recoveryBuckets,
-		}, []string{"fleet", "kind"}),
-		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleetd_reconcile_duration_seconds",
-			Help:    "Duration of one reconcile pass of a fleet (observe providers, plan, execute).",
-			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"fleet"}),
-		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetd_provider_calls_total",
-			Help: "Provider API calls by provider and operation (list, offerings, create, delete).",
-		}, []string{"provider", "op"}),
-		providerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetd_provider_errors_total",
-			Help: "Provider API calls that returned an error, by provider, operation, region (empty for a call spanning several regions that named none) and kind (insufficient-capacity, quota, not-found, invalid-config, transient, unclassified, ...).",
-		}, []string{"provider", "op", "region", "kind"}),
-		roundLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fleetd_rendezvous_round_latency_seconds",
-			Help:    "Rendezvous round latency: round opened → closed.",
-			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
-		}, []string{"fleet"}),
-	}
+// newMetrics builds the registry with the build info and the Go and
+// process collectors.
+func newMetrics(version string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "fleetd_build_info",
 		Help:        "Always 1; the version label is the daemon's version.",
 		ConstLabels: prometheus.Labels{"version": version},
 	})
 	buildInfo.Set(1)
-	m.reg.MustRegister(m.interruptions, m.nodeFailures, m.recovery, m.reconcile, m.providerCalls, m.providerErrors, m.roundLatency, buildInfo,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if fleets != nil {
-		m.reg.MustRegister(fleets)
-		if fc, ok := fleets.(*fleetCollector); ok {
-			m.reg.MustRegister(newOpsCollector(fc.d))
-		}
-	}
+	m.reg.MustRegister(buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/fleetd/fleetd/fleet/agentapi"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/schema"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -75,13 +75,13 @@ func runInterruptionScenario(t *testing.T) *interruptionScenario {
 	waitFor(t, "3 running again", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
 	waitFor(t, "both recovery kinds measured", 10*time.Second, func() bool {
 		kinds := map[string]bool{}
-		for _, r := range td.recoveries("train") {
+		for _, r := range td.stats.Recoveries("train") {
 			kinds[r.Kind] = true
 		}
 		return kinds["round-reformed"] && kinds["replacement-joined"]
 	})
 	waitFor(t, "the interruption tallied", 10*time.Second, func() bool {
-		n, _ := td.tally.interruptions("train")
+		n, _ := td.stats.Tally.Interruptions("train")
 		return n == 1
 	})
 	return sc
@@ -411,7 +411,7 @@ func TestSavingsAgainstOnDemand(t *testing.T) {
 	if f.CostPerHour <= 0 {
 		t.Fatalf("cost per hour %v", f.CostPerHour)
 	}
-	td.noteOfferings(providertest.MemOfferings())
+	td.stats.OfferingsListed(providertest.MemOfferings())
 	st, err = td.client.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -419,7 +419,7 @@ func TestSavingsAgainstOnDemand(t *testing.T) {
 	f = st.Fleets[0]
 	var wantOD float64
 	for _, n := range td.nodes(t, "train") {
-		od, ok := td.onDemandPrice(n.Offering)
+		od, ok := td.stats.OnDemandPrice(n.Offering)
 		if !ok {
 			t.Fatalf("no on-demand price for %s", n.Offering.Key())
 		}
@@ -442,12 +442,12 @@ func TestSavingsAgainstOnDemand(t *testing.T) {
 // Repeated boot failures raise an alert; the counter counts them by the
 // state they failed from.
 func TestBootFailureAlert(t *testing.T) {
-	d := &Daemon{now: time.Now, metrics: newMetrics(nil, "test"), runtimes: map[string]*fleetRuntime{}, agentAPI: agentapi.New(nil, nil, time.Now, "", nil)}
+	d := bareDaemon()
 	now := time.Now()
 	seq := uint64(0)
 	fail := func(from state.NodeState, at time.Time) {
 		seq++
-		d.tallyEvent(state.Event{Seq: seq, Time: at, Fleet: "f", Node: fmt.Sprint("n", seq), Type: "node.transition",
+		d.stats.Tally.Event(state.Event{Seq: seq, Time: at, Fleet: "f", Node: fmt.Sprint("n", seq), Type: "node.transition",
 			Data: map[string]string{"from": string(from), "to": string(state.NodeFailed)}})
 	}
 	fail(state.NodeBooting, now.Add(-2*time.Hour)) // too old to count
@@ -458,11 +458,11 @@ func TestBootFailureAlert(t *testing.T) {
 	}
 	fail(state.NodeBooting, now)
 	al := d.alerts("f")
-	if len(al) != 1 || al[0].Kind != AlertBootFailures {
-		t.Fatalf("alerts = %+v, want one %s", al, AlertBootFailures)
+	if len(al) != 1 || al[0].Kind != stats.AlertBootFailures {
+		t.Fatalf("alerts = %+v, want one %s", al, stats.AlertBootFailures)
 	}
 	// Replayed events (seq already seen) are not counted twice.
-	d.tallyEvent(state.Event{Seq: 2, Time: now, Fleet: "f", Type: "node.transition", Data: map[string]string{"from": "booting", "to": "failed"}})
+	d.stats.Tally.Event(state.Event{Seq: 2, Time: now, Fleet: "f", Type: "node.transition", Data: map[string]string{"from": "booting", "to": "failed"}})
 	mfs, err := d.metrics.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ func (d *Daemon) loadNodeSecret() error {
 	if d.cl != nil {
 		// Node tokens must stay valid on whichever server leads: the
 		// secret they derive from is shared state.
-		s, err := d.sharedSecret(context.Background(), "node_secret", func() (string, error) { return randHex(32), nil })
+		s, err := sharedSecret(context.Background(), d.store, "node_secret", func() (string, error) { return randHex(32), nil })
 		if err != nil {
 			return err
 		}

@@ -2,135 +2,18 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetd/fleetd/fleet/spend"
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/providers"
 )
 
 // Operations metrics: what alert rules need and the other gauges do not
 // give — a spend counter that never goes down, the age of the stalest
 // heartbeat and whether a fleet is below min_nodes.
-
-// spendForgottenKey holds, per fleet, what the node records deleted by
-// ForgetNode had cost (a decimal string in USD). fleetd_spend_usd drops
-// when a record goes; the counter adds this back so it does not.
-func spendForgottenKey(fleet string) string { return "spend-forgotten/" + fleet }
-
-// nodeSpendUSD is what a node has cost at now: price × time from its
-// record's creation to now, or to its end once terminated or failed (the
-// rule fleetd_spend_usd and status use).
-func nodeSpendUSD(n state.Node, now time.Time) float64 {
-	if n.InstanceID == "" {
-		return 0
-	}
-	end := now
-	if n.State == state.NodeTerminated || n.State == state.NodeFailed {
-		end = n.UpdatedAt
-	}
-	if h := end.Sub(n.CreatedAt).Hours(); h > 0 {
-		return h * n.Offering.PricePerHour
-	}
-	return 0
-}
-
-// spendHistoryKey holds, per fleet name, the incarnations destroyed so
-// far and what they cost (SpendHistory JSON): a re-created fleet's spend
-// starts from 0, and the name's total counts every incarnation.
-func spendHistoryKey(fleet string) string { return "spend-history/" + fleet }
-
-// SpendHistory is what the destroyed incarnations of one fleet name cost.
-type SpendHistory struct {
-	TotalUSD float64 `json:"total_usd"`
-	// Incarnations lists the newest destroyed incarnations (at most
-	// maxIncarnationHistory); TotalUSD also counts the pruned ones.
-	Incarnations []PastIncarnation `json:"incarnations,omitempty"`
-}
-
-// PastIncarnation is one destroyed incarnation of a fleet name.
-type PastIncarnation struct {
-	ID          string    `json:"id"`
-	CreatedAt   time.Time `json:"created_at"`
-	DestroyedAt time.Time `json:"destroyed_at"`
-	SpendUSD    float64   `json:"spend_usd"`
-}
-
-const maxIncarnationHistory = 20
-
-func readSpendHistory(tx state.Tx, fleet string) (SpendHistory, error) {
-	var h SpendHistory
-	b, err := tx.Meta(spendHistoryKey(fleet))
-	if err != nil || len(b) == 0 {
-		return h, err
-	}
-	return h, json.Unmarshal(b, &h)
-}
-
-// incarnationSpend is what fleet f's current incarnation has cost at now:
-// its forgotten node records and its remaining ones.
-func incarnationSpend(tx state.Tx, f string, now time.Time) (float64, error) {
-	total, err := readSpendForgotten(tx, f)
-	if err != nil {
-		return 0, err
-	}
-	nodes, err := tx.Nodes(f)
-	if err != nil {
-		return 0, err
-	}
-	for _, n := range nodes {
-		total += nodeSpendUSD(n, now)
-	}
-	return total, nil
-}
-
-// recordDestroyed adds fleet f's current incarnation to its name's spend
-// history; call it in the transaction that deletes the fleet.
-func recordDestroyed(tx state.Tx, f state.Fleet, now time.Time) error {
-	spend, err := incarnationSpend(tx, f.Name, now)
-	if err != nil {
-		return err
-	}
-	h, err := readSpendHistory(tx, f.Name)
-	if err != nil {
-		return err
-	}
-	h.TotalUSD += spend
-	h.Incarnations = append(h.Incarnations, PastIncarnation{ID: f.Incarnation, CreatedAt: f.CreatedAt, DestroyedAt: now, SpendUSD: spend})
-	if n := len(h.Incarnations); n > maxIncarnationHistory {
-		h.Incarnations = h.Incarnations[n-maxIncarnationHistory:]
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	return tx.SetMeta(spendHistoryKey(f.Name), b)
-}
-
-func readSpendForgotten(tx state.Tx, fleet string) (float64, error) {
-	b, err := tx.Meta(spendForgottenKey(fleet))
-	if err != nil || len(b) == 0 {
-		return 0, err
-	}
-	return strconv.ParseFloat(string(b), 64)
-}
-
-// addSpendForgotten moves a node's spend into the fleet's forgotten total.
-// Call it in the transaction that deletes the node record.
-func addSpendForgotten(tx state.Tx, n state.Node, now time.Time) error {
-	prev, err := readSpendForgotten(tx, n.Fleet)
-	if err != nil {
-		return err
-	}
-	v := prev + nodeSpendUSD(n, now)
-	return tx.SetMeta(spendForgottenKey(n.Fleet), []byte(strconv.FormatFloat(v, 'g', -1, 64)))
-}
 
 // spendHighWater keeps the counter from dipping within one process: a node
 // that ends mid-scrape has its end stamped a little before the previous
@@ -225,11 +108,11 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 					ff.outcome = "succeeded"
 				}
 			}
-			if ff.spend, err = readSpendForgotten(tx, f.Name); err != nil {
+			if ff.spend, err = spend.ReadForgotten(tx, f.Name); err != nil {
 				return err
 			}
 			// The counter is per fleet name: earlier incarnations count.
-			h, err := readSpendHistory(tx, f.Name)
+			h, err := spend.ReadHistory(tx, f.Name)
 			if err != nil {
 				return err
 			}
@@ -242,7 +125,7 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 				return err
 			}
 			for _, n := range nodes {
-				ff.spend += nodeSpendUSD(n, now)
+				ff.spend += spend.NodeUSD(n, now)
 				if n.State == state.NodeJoined || n.State == state.NodeRunning {
 					ff.up++
 				}
@@ -267,7 +150,7 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 	// would see registrations age and report stale heartbeats that are not.
 	leader := d.cl == nil || d.cl.isLeader()
 	for _, ff := range all {
-		if rz := d.rz(); rz != nil && leader {
+		if rz := d.rdzv.rz(); rz != nil && leader {
 			if st, err := rz.Status(ff.name); err == nil {
 				for _, m := range st.Members {
 					if last, ok := ff.lastSeen[m.NodeID]; ok && m.LastHeartbeat.After(last) {
@@ -296,70 +179,4 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.completed, prometheus.GaugeValue, 1, ff.name, ff.outcome)
 		}
 	}
-}
-
-// Provider error labels.
-
-// errorKindLabel is the kind label of a failed provider call: the
-// provider's classification, or "unclassified" for an untyped error.
-func errorKindLabel(err error) string {
-	if k := providers.KindOf(err); k != "" {
-		return string(k)
-	}
-	return "unclassified"
-}
-
-// errorKinds are the kinds whose error series start at 0 with a
-// (provider, op, region)'s first call, so increase() sees the first error.
-var errorKinds = []string{string(providers.KindCapacity), string(providers.KindQuota), string(providers.KindNotFound),
-	string(providers.KindInvalidConfig), string(providers.KindAuth), string(providers.KindTransient), "unclassified"}
-
-// regionOfOffering reads the region out of an Offering.Key()
-// (provider/region/zone/type/capacity).
-func regionOfOffering(key string) string {
-	parts := strings.Split(key, "/")
-	if len(parts) >= 2 {
-		return parts[1]
-	}
-	return ""
-}
-
-// callRegion is the region label of a provider call: the region the error
-// names, else known (the offering's region for create and delete), else
-// the one region the provider block spans (AWS regions, GCP zones), else
-// "" for a call over several regions.
-func callRegion(err error, known string, cfg providers.Config) string {
-	var pe *providers.Error
-	if errors.As(err, &pe) && pe.Offering != "" {
-		if r := regionOfOffering(pe.Offering); r != "" {
-			return r
-		}
-	}
-	if known != "" {
-		return known
-	}
-	var raw struct {
-		Regions []string `json:"regions"`
-		Zones   []string `json:"zones"`
-	}
-	if len(cfg.Raw) == 0 || json.Unmarshal(cfg.Raw, &raw) != nil {
-		return ""
-	}
-	seen := map[string]bool{}
-	for _, r := range raw.Regions {
-		seen[r] = true
-	}
-	for _, z := range raw.Zones {
-		// A GCP zone is its region plus "-a", "-b", ...
-		if i := strings.LastIndex(z, "-"); i > 0 {
-			seen[z[:i]] = true
-		}
-	}
-	if len(seen) != 1 {
-		return ""
-	}
-	for r := range seen {
-		return r
-	}
-	return ""
 }

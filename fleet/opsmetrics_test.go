@@ -9,7 +9,9 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/spend"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -93,7 +95,7 @@ func TestSpendTotalNeverGoesDown(t *testing.T) {
 	var forgotten float64
 	if err := td.Store().View(ctx, func(tx state.Tx) error {
 		var err error
-		forgotten, err = readSpendForgotten(tx, "train")
+		forgotten, err = spend.ReadForgotten(tx, "train")
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -193,10 +195,10 @@ func TestProviderErrorLabels(t *testing.T) {
 		{"several regions", errors.New("boom"), "", providers.Config{Raw: []byte(`{"regions":["us-east-1","us-west-2"]}`)}, "unclassified", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := callRegion(c.err, c.known, c.cfg); got != c.want {
+			if got := stats.CallRegion(c.err, c.known, c.cfg); got != c.want {
 				t.Errorf("region = %q, want %q", got, c.want)
 			}
-			if got := errorKindLabel(c.err); got != c.kind {
+			if got := stats.ErrorKindLabel(c.err); got != c.kind {
 				t.Errorf("kind = %q, want %q", got, c.kind)
 			}
 		})

@@ -65,8 +65,8 @@ const AdvertiseURLHelp = `set advertise_url in the daemon config (or fleetd serv
 // API endpoint is itself on loopback talks to an emulator on this machine
 // (moto, LocalStack, the in-repo fakes): its "VMs" dial nothing, so it
 // passes.
-func (d *Daemon) unreachableFrom(pb spec.Provider) (nodeURL, why string) {
-	nodeURL = d.URL()
+func (d *checker) unreachableFrom(pb spec.Provider) (nodeURL, why string) {
+	nodeURL = d.url()
 	if hostProviders[pb.Name] {
 		return nodeURL, ""
 	}
@@ -79,7 +79,7 @@ func (d *Daemon) unreachableFrom(pb spec.Provider) (nodeURL, why string) {
 // checkReachable refuses (Plan, Apply) the first fleet of file whose nodes
 // could not reach the daemon: they would boot, never join, and be
 // replaced in a loop at the cloud's prices.
-func (d *Daemon) checkReachable(file *spec.File) error {
+func (d *checker) checkReachable(file *spec.File) error {
 	for _, fl := range file.Fleets {
 		var ue *api.UnreachableError
 		for _, pb := range fl.Providers {
@@ -106,7 +106,7 @@ func (d *Daemon) checkReachable(file *spec.File) error {
 // reachabilityCheck is the `fleetd check` row of a provider block whose
 // nodes could not reach the daemon (what checkReachable refuses the apply
 // for); bad is false when there is nothing to report.
-func (d *Daemon) reachabilityCheck(pb spec.Provider) (r providers.CheckResult, bad bool) {
+func (d *checker) reachabilityCheck(pb spec.Provider) (r providers.CheckResult, bad bool) {
 	nodeURL, why := d.unreachableFrom(pb)
 	if why == "" {
 		return r, false

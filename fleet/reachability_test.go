@@ -164,12 +164,12 @@ func TestApplyRefusedOnLoopbackDaemon(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	if err := routable.checkReachable(file); err != nil {
+	if err := routable.check.checkReachable(file); err != nil {
 		t.Errorf("advertise_url https://10.0.1.5:7777: %v", err)
 	}
 	routable.cfg.AdvertiseURL = ""
 	var ue *api.UnreachableError
-	if err := routable.checkReachable(file); !errors.As(err, &ue) || !strings.Contains(ue.Reason, "unspecified") {
+	if err := routable.check.checkReachable(file); !errors.As(err, &ue) || !strings.Contains(ue.Reason, "unspecified") {
 		t.Errorf("listen 0.0.0.0 without advertise_url: %v, want an unspecified-address refusal", err)
 	}
 }

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,12 +20,12 @@ func (d *Daemon) mountRoutes(mux *http.ServeMux) {
 	// the daemon's cloud credentials for any spec it is sent: not for
 	// passive observers (a scraper's token).
 	mux.Handle("POST /v1/offerings", d.api.Require(api.RoleOperate, d.offeringsHandler))
-	mux.Handle("POST /v1/check", d.api.Require(api.RoleOperate, d.checkHandler))
+	mux.Handle("POST /v1/check", d.api.Require(api.RoleOperate, d.check.checkHandler))
 	mux.Handle("GET /v1/cluster", d.api.Require(api.RoleRead, d.clusterInfo))
 	mux.Handle("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.api.Require(api.RoleOperate, d.interruptNode))
-	mux.Handle("POST /v1/tokens", d.api.Require(api.RoleAdmin, d.createTokenHandler))
-	mux.Handle("GET /v1/tokens", d.api.Require(api.RoleAdmin, d.listTokensHandler))
-	mux.Handle("DELETE /v1/tokens/{id}", d.api.Require(api.RoleAdmin, d.revokeTokenHandler))
+	mux.Handle("POST /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.createTokenHandler))
+	mux.Handle("GET /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.listTokensHandler))
+	mux.Handle("DELETE /v1/tokens/{id}", d.api.Require(api.RoleAdmin, d.tokens.revokeTokenHandler))
 }
 
 func (d *Daemon) apiFail(w http.ResponseWriter, err error) { api.WriteFailure(w, d.log, err) }
@@ -92,14 +91,4 @@ func (d *Daemon) interruptNode(w http.ResponseWriter, r *http.Request) {
 	d.appendEvent(r.Context(), state.Event{Fleet: fleetName, Node: nodeID, Type: "interrupt.injected",
 		Message: fmt.Sprintf("injected %s on %s (instance %s)", kind, nodeID, n.InstanceID)})
 	api.WriteJSON(w, http.StatusAccepted, map[string]string{"status": "injected", "instance": n.InstanceID, "kind": string(kind)})
-}
-
-// appendEvent records an event on its own; failures are logged, not fatal.
-func (d *Daemon) appendEvent(ctx context.Context, e state.Event) {
-	if err := d.update(ctx, func(tx state.Tx) error {
-		_, err := tx.AppendEvent(e)
-		return err
-	}); err != nil {
-		d.log.Error("append event", "type", e.Type, "err", err)
-	}
 }

@@ -371,7 +371,7 @@ func (sd *secDaemon) scopedTokens(t *testing.T) (read, operate, revoked, tampere
 	t.Helper()
 	ctx := context.Background()
 	mk := func(role api.Role, name string) api.TokenCreated {
-		tc, err := sd.Daemon.CreateToken(ctx, role, name)
+		tc, err := sd.Daemon.tokens.CreateToken(ctx, role, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -161,7 +161,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 // CA (or a new one); the others adopt the shared one and write it to their
 // data dir, where `-ca-cert data_dir/ca.pem` finds it.
 func (d *Daemon) sharedCA(ctx context.Context) (*CA, error) {
-	v, err := d.sharedSecret(ctx, "tls_ca", func() (string, error) {
+	v, err := sharedSecret(ctx, d.store, "tls_ca", func() (string, error) {
 		local, err := loadOrCreateCA(d.cfg.DataDir)
 		if err != nil {
 			return "", err

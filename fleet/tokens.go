@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -60,16 +61,21 @@ func (r tokenRecord) info() api.TokenInfo {
 	return api.TokenInfo{ID: r.ID, Name: r.Name, Role: r.Role, CreatedAt: r.CreatedAt}
 }
 
-// tokenCache holds the token records read at most tokenCacheTTL ago, so
-// authenticating a request is a map lookup and a hash, not a store read
-// (with etcd that would be a network round trip per request).
-type tokenCache struct {
+// scopedTokens owns the scoped tokens: their records in the store and a
+// cache of the records read at most tokenCacheTTL ago, so authenticating a
+// request is a map lookup and a hash, not a store read (with etcd that
+// would be a network round trip per request).
+type scopedTokens struct {
+	store state.Store
+	now   func() time.Time
+	log   *slog.Logger
+
 	mu     sync.Mutex
 	byID   map[string]tokenRecord
 	loaded time.Time
 }
 
-func (c *tokenCache) invalidate() {
+func (c *scopedTokens) invalidate() {
 	c.mu.Lock()
 	c.byID = nil
 	c.mu.Unlock()
@@ -119,7 +125,7 @@ func parseScopedToken(tok string) (role api.Role, id string, ok bool) {
 }
 
 // verifyScopedToken implements api.TokenVerifier.
-func (d *Daemon) verifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
+func (d *scopedTokens) verifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
 	role, id, ok := parseScopedToken(tok)
 	if !ok {
 		return api.RoleNone, api.ErrInvalidToken
@@ -138,8 +144,8 @@ func (d *Daemon) verifyScopedToken(ctx context.Context, tok string) (api.Role, e
 
 // tokenRecord looks id up in the cache, refreshing it from the store when
 // it is older than tokenCacheTTL.
-func (d *Daemon) tokenRecord(ctx context.Context, id string) (tokenRecord, bool, error) {
-	c := &d.tokens
+func (d *scopedTokens) tokenRecord(ctx context.Context, id string) (tokenRecord, bool, error) {
+	c := d
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID == nil || time.Since(c.loaded) > tokenCacheTTL {
@@ -163,7 +169,7 @@ func (d *Daemon) tokenRecord(ctx context.Context, id string) (tokenRecord, bool,
 
 // CreateToken makes a scoped token and returns it with its secret, which is
 // not stored anywhere.
-func (d *Daemon) CreateToken(ctx context.Context, role api.Role, name string) (api.TokenCreated, error) {
+func (d *scopedTokens) CreateToken(ctx context.Context, role api.Role, name string) (api.TokenCreated, error) {
 	if role != api.RoleRead && role != api.RoleOperate {
 		return api.TokenCreated{}, fmt.Errorf("%w: role %s cannot be granted", state.ErrInvalid, role)
 	}
@@ -173,7 +179,7 @@ func (d *Daemon) CreateToken(ctx context.Context, role api.Role, name string) (a
 	id := randHex(6)
 	tok := fmt.Sprintf("fleetd_%s_%s_%s", role, id, randHex(32))
 	rec := tokenRecord{ID: id, Name: name, Role: role.String(), SHA256: hashToken(tok), CreatedAt: d.now().UTC()}
-	err := d.update(ctx, func(tx state.Tx) error {
+	err := d.store.Update(ctx, func(tx state.Tx) error {
 		doc, err := readTokens(tx)
 		if err != nil {
 			return err
@@ -193,12 +199,12 @@ func (d *Daemon) CreateToken(ctx context.Context, role api.Role, name string) (a
 	if err != nil {
 		return api.TokenCreated{}, err
 	}
-	d.tokens.invalidate()
+	d.invalidate()
 	return api.TokenCreated{TokenInfo: rec.info(), Token: tok}, nil
 }
 
 // Tokens lists the scoped tokens, oldest first, without secrets or hashes.
-func (d *Daemon) Tokens(ctx context.Context) ([]api.TokenInfo, error) {
+func (d *scopedTokens) Tokens(ctx context.Context) ([]api.TokenInfo, error) {
 	var doc tokenDoc
 	if err := d.store.View(ctx, func(tx state.Tx) error {
 		var err error
@@ -215,9 +221,9 @@ func (d *Daemon) Tokens(ctx context.Context) ([]api.TokenInfo, error) {
 }
 
 // RevokeToken deletes a scoped token; state.ErrNotFound when there is none.
-func (d *Daemon) RevokeToken(ctx context.Context, id string) (api.TokenInfo, error) {
+func (d *scopedTokens) RevokeToken(ctx context.Context, id string) (api.TokenInfo, error) {
 	var gone tokenRecord
-	err := d.update(ctx, func(tx state.Tx) error {
+	err := d.store.Update(ctx, func(tx state.Tx) error {
 		doc, err := readTokens(tx)
 		if err != nil {
 			return err
@@ -239,13 +245,13 @@ func (d *Daemon) RevokeToken(ctx context.Context, id string) (api.TokenInfo, err
 	if err != nil {
 		return api.TokenInfo{}, err
 	}
-	d.tokens.invalidate()
+	d.invalidate()
 	return gone.info(), nil
 }
 
 // The token management routes: admin only.
 
-func (d *Daemon) createTokenHandler(w http.ResponseWriter, r *http.Request) {
+func (d *scopedTokens) createTokenHandler(w http.ResponseWriter, r *http.Request) {
 	var req api.TokenRequest
 	if !api.DecodeBody(w, r, &req) {
 		return
@@ -261,25 +267,25 @@ func (d *Daemon) createTokenHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		d.apiFail(w, err)
+		api.WriteFailure(w, d.log, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusCreated, created)
 }
 
-func (d *Daemon) listTokensHandler(w http.ResponseWriter, r *http.Request) {
+func (d *scopedTokens) listTokensHandler(w http.ResponseWriter, r *http.Request) {
 	ts, err := d.Tokens(r.Context())
 	if err != nil {
-		d.apiFail(w, err)
+		api.WriteFailure(w, d.log, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, ts)
 }
 
-func (d *Daemon) revokeTokenHandler(w http.ResponseWriter, r *http.Request) {
+func (d *scopedTokens) revokeTokenHandler(w http.ResponseWriter, r *http.Request) {
 	info, err := d.RevokeToken(r.Context(), r.PathValue("id"))
 	if err != nil {
-		d.apiFail(w, err)
+		api.WriteFailure(w, d.log, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, info)

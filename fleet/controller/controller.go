@@ -1,569 +1,230 @@
-// Package controller holds the cloud-facing steps of a fleet's reconcile
-// pass: observing the fleet's providers (instances, offerings) for the
-// reconcile.Input, turning instances the providers report interrupted into
-// notices, and performing the reconciler's plan: every node change of a
-// reconcile.Plan is persisted before anything acts on it, then the
-// providers are called (terminate, delete orphans, launch), offerings
-// marked unavailable, nodes drained from the rendezvous and forgotten.
+// Package controller owns the running fleets: one Runtime per fleet (its
+// memory between passes, with its own lock, loaded from and saved to the
+// state store) and the reconcile pass over it, in this order:
 //
-// It runs only on the leader (a single server always leads): the daemon's
-// reconcile loop, which sequences the pass (fleet/controller.go: the
-// fleet's runtime memory, rendezvous membership, autoscaler, the pure
-// reconciler), runs under the leader's term, and every write carries that
-// term's fence. It reaches the daemon only through Deps.
+//  1. observe (observe.go): the fleet's providers' instances and offerings,
+//     the rendezvous membership, heartbeat silence and interruption notices;
+//  2. decide: the goodput autoscaler's size (scale.go), then the pure
+//     reconciler (fleet/reconcile) turns all of it into a plan;
+//  3. perform (perform.go): every node change of the plan is persisted
+//     before anything acts on it, then the providers are called;
+//  4. launch: the plan's launches, after the pass's decisions are saved.
+//
+// Notices (notice.go) enter from any goroutine; the pass of a fleet runs
+// on one goroutine at a time. The controller runs only on the leader (a
+// single server always leads); every write carries the leader term's
+// fence through the store. It reaches the rest of the daemon only through
+// the small interfaces below, so it is tested with the in-memory provider
+// and an in-memory store.
+//
+// Lock order: a fleet's pass lock, then Controller.mu (the fleet table),
+// then a Runtime's mu (what View reads). Neither mutex is held across I/O.
 package controller
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
-	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// Deps is what the controller needs of the daemon.
-type Deps interface {
-	// Update runs fn in a durable transaction and wakes event followers.
-	Update(ctx context.Context, fn func(state.Tx) error) error
-	// AppendEvent records an event on its own; failures are logged.
-	AppendEvent(ctx context.Context, e state.Event)
-	// Provider returns a provider the fleet names and its config.
+// Store is the state store. Every committed write wakes the daemon's
+// event followers (the daemon passes a store that does).
+type Store interface {
+	state.Store
+	AppendEvents(ctx context.Context, events []state.Event) ([]state.Event, error)
+}
+
+// Providers hands out the providers a fleet names, with their config.
+type Providers interface {
 	Provider(ctx context.Context, f state.Fleet, name string) (providers.Provider, providers.Config, error)
-	// CountProviderCall counts a provider call (metrics); region is the
-	// region known to the caller ("" if none), cfg the call's config.
-	CountProviderCall(provider, op, region string, cfg providers.Config, err error)
-	// UserData renders a node's #cloud-config document.
-	UserData(fleet string, fl *spec.Fleet, n state.Node) (string, error)
-	// Exclude drains a node from its fleet's rendezvous; nil when this
-	// server runs none.
+}
+
+// Specs decodes a fleet's stored spec.
+type Specs interface {
+	Spec(f state.Fleet) (*spec.Fleet, error)
+}
+
+// Rendezvous is what the pass asks of the rendezvous service.
+type Rendezvous interface {
+	Configure(ctx context.Context, fleet string, cfg rendezvous.Config) error
+	Status(fleet string) (rendezvous.Status, error)
 	Exclude(ctx context.Context, fleet, node, reason string) error
-	// ForgetSpend moves a node's spend to the fleet's persisted total, in
-	// the transaction that deletes its record.
-	ForgetSpend(tx state.Tx, n state.Node, now time.Time) error
-	// NodeRunning and LaunchRequested feed the recovery stats.
-	NodeRunning(fleet string, n state.Node)
+	ExcludeUntil(ctx context.Context, fleet, node, reason string, until time.Time) error
+	Remove(ctx context.Context, fleet string) error
+}
+
+// Recorder takes what the pass measures (fleet/stats implements it).
+type Recorder interface {
+	// ProviderCall counts a provider call; known is the region the caller
+	// knows ("" if none), cfg the call's config.
+	ProviderCall(provider, op, known string, cfg providers.Config, err error)
+	// OfferingsListed and Prices take a provider's fresh offerings
+	// (on-demand prices; the sources and age of the prices the fleet uses).
+	OfferingsListed(offs []providers.Offering)
+	Prices(fleet, provider string, fl *spec.Fleet, offs []providers.Offering)
+	// LaunchRequested, Notice and TrainingResumed feed the recovery
+	// measurements; PassDone the pass duration.
 	LaunchRequested(fleet, node string, at time.Time)
-	// NoteOfferings takes a provider's fresh offerings (on-demand prices,
-	// price sources).
-	NoteOfferings(fleet, provider string, fl *spec.Fleet, o []providers.Offering)
-	// ServableOfferings drops the offerings whose architecture has no
-	// agent binary.
-	ServableOfferings(offs []providers.Offering) []providers.Offering
-	// Notice records an interruption notice for a node of a fleet.
-	Notice(ctx context.Context, fleet string, n interruption.Notice) error
-	// Now is the daemon's clock.
-	Now() time.Time
-	// DaemonID tags the instances this daemon launches.
-	DaemonID() string
+	Notice(fleet string, at time.Time)
+	TrainingResumed(fleet string, start autoscale.RoundStart)
+	PassDone(fleet string, dur time.Duration)
 }
 
-// Controller observes fleets and performs plans for the daemon.
+// Bootstrapper renders a node's #cloud-config document.
+type Bootstrapper interface {
+	UserData(fleet string, fl *spec.Fleet, n state.Node) (string, error)
+}
+
+// Options are a controller's handles and tuning.
+type Options struct {
+	Store     Store
+	Providers Providers
+	Specs     Specs
+	// Rendezvous returns the rendezvous service, or nil between leader
+	// terms (a follower runs none).
+	Rendezvous func() Rendezvous
+	Recorder   Recorder
+	Boot       Bootstrapper
+	// Servable drops the offerings whose architecture has no agent binary
+	// (nil keeps them all).
+	Servable func([]providers.Offering) []providers.Offering
+	// MoveCost prices moving a fleet's checkpoint (nil: free).
+	MoveCost func(*spec.Fleet) *placement.MoveCost
+	// Destroyed is called when a destroyed fleet has been forgotten.
+	Destroyed func(fleet string)
+	// AfterPass runs after every pass over all fleets (the stray scan).
+	AfterPass func(ctx context.Context, fleets []state.Fleet)
+
+	DaemonID  string
+	StartedAt time.Time
+	Now       func() time.Time
+	Logger    *slog.Logger
+	// Tick is the periodic pass interval (default 2s).
+	Tick      time.Duration
+	Params    reconcile.Params
+	Autoscale autoscale.Params
+}
+
+// Controller runs the reconcile passes of every fleet.
 type Controller struct {
-	deps Deps
-	log  *slog.Logger
+	opts  Options
+	store Store
+	log   *slog.Logger
+	now   func() time.Time
+	kickc chan struct{}
+
+	mu     sync.Mutex // guards fleets (the table, not the runtimes)
+	fleets map[string]*entry
 }
 
-// New returns a controller.
-func New(deps Deps, log *slog.Logger) *Controller { return &Controller{deps: deps, log: log} }
-
-// offeringsTTL bounds how stale the market view may be; capacity errors
-// reach placement through the unavailable cache at once anyway.
-const offeringsTTL = 30 * time.Second
-
-// Market is a fleet's market view between passes: each provider's
-// offerings and when they were fetched. The daemon keeps it in the fleet's
-// runtime; the zero value is empty.
-type Market struct {
-	offerings map[string][]providers.Offering
-	at        map[string]time.Time
+// entry is one fleet's slot: its pass lock and its runtime (nil until
+// loaded; dropped by Reset when a new leader term starts).
+type entry struct {
+	pass sync.Mutex
+	rt   *Runtime
 }
 
-func (m *Market) set(provider string, o []providers.Offering, now time.Time) {
-	if m.offerings == nil {
-		m.offerings, m.at = map[string][]providers.Offering{}, map[string]time.Time{}
+// New returns a controller; Run drives it.
+func New(o Options) *Controller {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	m.offerings[provider], m.at[provider] = o, now
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Tick <= 0 {
+		o.Tick = 2 * time.Second
+	}
+	if o.Rendezvous == nil {
+		o.Rendezvous = func() Rendezvous { return nil }
+	}
+	if o.Servable == nil {
+		o.Servable = func(offs []providers.Offering) []providers.Offering { return offs }
+	}
+	if o.MoveCost == nil {
+		o.MoveCost = func(*spec.Fleet) *placement.MoveCost { return nil }
+	}
+	return &Controller{opts: o, store: o.Store, log: o.Logger, now: o.Now, kickc: make(chan struct{}, 1), fleets: map[string]*entry{}}
 }
 
-// Observe fills in the instances of every provider the fleet uses or its
-// nodes (in.Nodes) still live on, in.ObservedOK for the providers that
-// answered, and, for a live fleet, the offerings placement may pick from
-// (fetched again when m's are older than offeringsTTL).
-func (c *Controller) Observe(ctx context.Context, f state.Fleet, m *Market, in *reconcile.Input) {
-	fl, now := in.Fleet, in.Now
-	provNames := map[string]bool{}
-	for _, p := range fl.Providers {
-		provNames[p.Name] = true
-	}
-	for _, n := range in.Nodes {
-		if n.Offering.Provider != "" {
-			provNames[n.Offering.Provider] = true
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(provNames)) {
-		p, cfg, err := c.deps.Provider(ctx, f, name)
-		if err != nil {
-			c.log.Warn("provider unavailable", "fleet", f.Name, "provider", name, "err", err)
-			continue
-		}
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		insts, err := p.List(lctx, cfg, map[string]string{providers.TagFleet: f.Name})
-		cancel()
-		c.deps.CountProviderCall(name, "list", "", cfg, err)
-		if err != nil {
-			c.log.Warn("provider list failed", "fleet", f.Name, "provider", name, "err", err)
-		} else {
-			in.ObservedOK[name] = true
-			if in.Instances == nil {
-				in.Instances = insts // the common single provider: no copy
-			} else {
-				in.Instances = append(in.Instances, insts...)
-			}
-		}
-		if f.Destroying || f.Completed {
-			continue
-		}
-		offs := m.offerings[name]
-		if now.Sub(m.at[name]) > offeringsTTL || offs == nil {
-			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			o, err := p.Offerings(octx, cfg)
-			cancel()
-			c.deps.CountProviderCall(name, "offerings", "", cfg, err)
-			if err != nil {
-				c.log.Warn("provider offerings failed", "fleet", f.Name, "provider", name, "err", err)
-			} else {
-				offs = o
-				m.set(name, o, now)
-				c.deps.NoteOfferings(f.Name, name, fl, o)
-			}
-		}
-		// Offerings whose architecture has no agent binary are not
-		// placement's to pick (plan refuses a fleet left with none).
-		offs = c.deps.ServableOfferings(offs)
-		in.Offerings = append(in.Offerings, offs...)
+// Kick asks for a pass now (after a change of desired or observed state).
+func (c *Controller) Kick() {
+	select {
+	case c.kickc <- struct{}{}:
+	default:
 	}
 }
 
-// NoticeInterrupted turns the instances of a live fleet that the provider
-// itself reports as interrupted or gone into notices (Deps.Notice).
-func (c *Controller) NoticeInterrupted(ctx context.Context, f state.Fleet, in *reconcile.Input) {
-	// The index of nodes by instance is built only when some
-	// instance reports one: most passes have none.
-	var byInstance map[string]state.Node
-	for _, inst := range in.Instances {
-		if inst.Interruption == nil || f.Completed || f.Destroying {
-			// A finished job's agents exit on their own: not an interruption.
-			continue
+// Run passes over every fleet at each tick (catches losses nobody
+// announced) and kick, until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kickc:
+		case <-t.C:
 		}
-		if byInstance == nil {
-			byInstance = make(map[string]state.Node, len(in.Nodes))
-			for _, n := range in.Nodes {
-				if n.InstanceID != "" {
-					byInstance[n.InstanceID] = n
-				}
-			}
-		}
-		n, ok := byInstance[inst.ID]
-		if !ok {
-			continue
-		}
-		kind, err := interruption.ParseKind(inst.Interruption.Kind)
-		if err != nil {
-			continue
-		}
-		if n.State == state.NodeTerminating || n.State == state.NodeTerminated || n.State == state.NodeFailed {
-			continue
-		}
-		_ = c.deps.Notice(ctx, f.Name, interruption.Notice{Node: n.ID, Instance: inst.ID, Kind: kind, Deadline: inst.Interruption.Deadline, Source: "provider/" + inst.Offering.Provider})
+		c.ReconcileAll(ctx)
 	}
 }
 
-// Perform persists a plan's node changes, then performs its actions in
-// order, all but the launches and alerts, which it returns: the caller
-// records the pass's decisions, then calls Launch. Launches run
-// concurrently after the other actions: each persists its own records, and
-// a slow cloud call must not hold up a replacement elsewhere.
-func (c *Controller) Perform(ctx context.Context, f state.Fleet, in reconcile.Input, plan reconcile.Plan) (launches []reconcile.Launch, alerts []reconcile.Alert, err error) {
-	now := in.Now
-	// Every node change of the plan is persisted first, in one durable
-	// transaction (one fsync, however many nodes an interruption storm
-	// touches); only then does anything act on them. A plan without any
-	// (most passes) costs no transaction: bbolt would fsync even an empty one.
-	changes := slices.ContainsFunc(plan.Actions, func(a reconcile.Action) bool {
-		switch a.(type) {
-		case reconcile.Transition, reconcile.Adopt:
-			return true
-		}
-		return false
-	})
-	var prevNodes map[string]state.NodeState // built for the first Adopt
-	if err := c.updateIf(ctx, changes, func(tx state.Tx) error {
-		for _, a := range plan.Actions {
-			switch a := a.(type) {
-			case reconcile.Transition:
-				if err := tx.PutNode(a.Node); err != nil {
-					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
-				}
-				if _, err := tx.AppendEvent(transitionEvent(a.Node, a.From, a.Reason)); err != nil {
-					return err
-				}
-			case reconcile.Adopt:
-				if err := tx.PutNode(a.Node); err != nil {
-					return fmt.Errorf("persist %s: %w", a.Node.ID, err)
-				}
-				if prevNodes == nil {
-					prevNodes = make(map[string]state.NodeState, len(in.Nodes))
-					for _, n := range in.Nodes {
-						prevNodes[n.ID] = n.State
-					}
-				}
-				if from := prevNodes[a.Node.ID]; from != a.Node.State {
-					if _, err := tx.AppendEvent(transitionEvent(a.Node, from, a.Reason)); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	for _, a := range plan.Actions {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		switch a := a.(type) {
-		case reconcile.Transition:
-			c.onTransition(ctx, f.Name, a)
-		case reconcile.Adopt:
-		case reconcile.Launch:
-			launches = append(launches, a)
-		case reconcile.Terminate:
-			p, cfg, err := c.deps.Provider(ctx, f, a.Provider)
-			if err != nil {
-				c.log.Warn("terminate", "node", a.NodeID, "err", err)
-				continue
-			}
-			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			err = p.Delete(tctx, cfg, a.InstanceID)
-			cancel()
-			c.deps.CountProviderCall(a.Provider, "delete", "", cfg, err)
-			if err != nil {
-				c.log.Warn("terminate failed; retried next pass", "node", a.NodeID, "instance", a.InstanceID, "err", err)
-			}
-		case reconcile.DeleteOrphan:
-			p, cfg, err := c.deps.Provider(ctx, f, a.Instance.Offering.Provider)
-			if err != nil {
-				continue
-			}
-			err = p.Delete(ctx, cfg, a.Instance.ID)
-			c.deps.CountProviderCall(a.Instance.Offering.Provider, "delete", a.Instance.Offering.Region, cfg, err)
-			c.deps.AppendEvent(ctx, state.Event{Fleet: f.Name, Type: "orphan.deleted", Message: a.String(), Data: map[string]string{"instance": a.Instance.ID}})
-		case reconcile.MarkUnavailable:
-			if err := c.markUnavailable(ctx, a, now); err != nil {
-				return nil, nil, err
-			}
-		case reconcile.Alert:
-			alerts = append(alerts, a)
-		case reconcile.Drain:
-			if err := c.deps.Exclude(ctx, f.Name, a.NodeID, a.Reason); err != nil && !errors.Is(err, rendezvous.ErrUnknownFleet) {
-				c.log.Warn("rendezvous exclude", "node", a.NodeID, "err", err)
-			}
-		case reconcile.ForgetNode:
-			if err := c.deps.Update(ctx, func(tx state.Tx) error {
-				// Its spend moves to the fleet's persisted total, so
-				// fleetd_spend_usd_total does not drop with the record.
-				if n, err := tx.Node(f.Name, a.NodeID); err == nil {
-					if err := c.deps.ForgetSpend(tx, n, now); err != nil {
-						return err
-					}
-				}
-				if err := tx.DeleteNode(f.Name, a.NodeID); err != nil && !errors.Is(err, state.ErrNotFound) {
-					return err
-				}
-				_, err := tx.AppendEvent(state.Event{Fleet: f.Name, Node: a.NodeID, Type: "node.forgotten", Message: a.Reason})
-				return err
-			}); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	return launches, alerts, nil
-}
-
-// Launch runs a plan's launches (from Perform) after the caller recorded
-// the pass's decisions: their records first, in one durable transaction,
-// then the provider calls, at most 16 at a time.
-func (c *Controller) Launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, in reconcile.Input, plan reconcile.Plan, launches []reconcile.Launch) error {
-	now := in.Now
-	// A launch while some node has ended or is draining replaces it: only
-	// those count as replacement-requested → joined recoveries.
-	replacing := false
-	for _, n := range in.Nodes {
-		switch n.State {
-		case state.NodeDraining, state.NodeTerminating, state.NodeTerminated, state.NodeFailed:
-			replacing = true
-		}
-	}
-	for _, a := range plan.Actions {
-		if t, ok := a.(reconcile.Transition); ok && (t.To == state.NodeDraining || t.To == state.NodeFailed || t.To == state.NodeTerminated) {
-			replacing = true
-		}
-	}
-	if len(launches) == 0 {
-		return nil
-	}
-	// Every launch's new record (requested) and launch decision
-	// (provisioning) in one durable transaction, before any Create: a
-	// storm's hundreds of launches must not each wait for an fsync.
-	if err := c.deps.Update(ctx, func(tx state.Tx) error {
-		for _, l := range launches {
-			if err := launchStartTx(tx, l, now); err != nil {
-				return fmt.Errorf("launch %s: %w", l.Node.ID, err)
-			}
-		}
-		return nil
-	}); err != nil {
+// ReconcileAll runs one pass over every fleet, concurrently.
+func (c *Controller) ReconcileAll(ctx context.Context) {
+	var fleets []state.Fleet
+	if err := c.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		fleets, err = tx.Fleets()
 		return err
+	}); err != nil {
+		c.log.Error("reconcile: list fleets", "err", err)
+		return
 	}
-	outcomes := c.groupCommitter(ctx)
-	defer close(outcomes)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16) // bounds concurrent provider calls
-	for _, l := range launches {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(l reconcile.Launch) {
-			defer wg.Done()
-			if err := c.launch(ctx, f, fl, l, now, replacing, sem, outcomes); err != nil && ctx.Err() == nil {
-				c.log.Error("launch", "node", l.Node.ID, "err", err)
+	for _, f := range fleets {
+		wg.Go(func() {
+			start := time.Now()
+			if err := c.Reconcile(ctx, f); err != nil && ctx.Err() == nil {
+				c.log.Error("reconcile", "fleet", f.Name, "err", err)
 			}
-		}(l)
+			c.opts.Recorder.PassDone(f.Name, time.Since(start))
+		})
 	}
 	wg.Wait()
-	return nil
-}
-
-// groupedUpdate is a transaction body waiting to be committed with others.
-type groupedUpdate struct {
-	fn   func(state.Tx) error
-	done chan error
-}
-
-// groupCommitter commits the bodies sent on the returned channel until it is
-// closed: whatever queued up during one commit goes into the next, as one
-// durable transaction. If that transaction fails, each body is retried on
-// its own so that one bad body does not fail the others.
-func (c *Controller) groupCommitter(ctx context.Context) chan<- groupedUpdate {
-	in := make(chan groupedUpdate)
-	go func() {
-		for first := range in {
-			batch := []groupedUpdate{first}
-		drain:
-			for len(batch) < 256 {
-				select {
-				case g, ok := <-in:
-					if !ok {
-						break drain
-					}
-					batch = append(batch, g)
-				default:
-					break drain
-				}
-			}
-			err := c.deps.Update(ctx, func(tx state.Tx) error {
-				for _, g := range batch {
-					if err := g.fn(tx); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			for _, g := range batch {
-				if err != nil && len(batch) > 1 {
-					g.done <- c.deps.Update(ctx, g.fn)
-				} else {
-					g.done <- err
-				}
-			}
-		}
-	}()
-	return in
-}
-
-// launchStartTx stores a launch's new record and its provisioning state.
-func launchStartTx(tx state.Tx, l reconcile.Launch, now time.Time) error {
-	n := l.Node
-	prov := reconcile.StartLaunch(n, now)
-	if !l.Relaunch {
-		if err := tx.PutNode(n); err != nil {
-			return err
-		}
-		if _, err := tx.AppendEvent(transitionEvent(n, "", l.Reason)); err != nil {
-			return err
-		}
-	}
-	if err := tx.PutNode(prov); err != nil {
-		return err
-	}
-	_, err := tx.AppendEvent(transitionEvent(prov, n.State, prov.Reason))
-	return err
-}
-
-// onTransition hooks side effects of node state changes.
-func (c *Controller) onTransition(ctx context.Context, fleetName string, a reconcile.Transition) {
-	if a.To == state.NodeRunning {
-		c.deps.NodeRunning(fleetName, a.Node)
+	if c.opts.AfterPass != nil {
+		c.opts.AfterPass(ctx, fleets)
 	}
 }
 
-func (c *Controller) markUnavailable(ctx context.Context, a reconcile.MarkUnavailable, now time.Time) error {
-	return c.deps.Update(ctx, func(tx state.Tx) error { return markUnavailableTx(tx, a, now) })
+// rz is the rendezvous service now; nil between terms.
+func (c *Controller) rz() Rendezvous { return c.opts.Rendezvous() }
+
+// appendEvent records one event; a failure is logged, not returned (the
+// pass goes on).
+func (c *Controller) appendEvent(ctx context.Context, e state.Event) {
+	if _, err := c.store.AppendEvents(ctx, []state.Event{e}); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Error("append event", "type", e.Type, "err", err)
+	}
 }
 
-// markUnavailableTx applies a MarkUnavailable to its offering record, with
-// its event.
-func markUnavailableTx(tx state.Tx, a reconcile.MarkUnavailable, now time.Time) error {
-	rec, err := tx.Offering(a.Key)
-	if err != nil {
-		return err
-	}
-	rec = placement.MarkUnavailable(rec, now, a.Reason, a.Kind)
-	if err := tx.PutOffering(rec); err != nil {
-		return err
-	}
-	_, err = tx.AppendEvent(state.Event{Type: "offering.unavailable", Message: a.String(),
-		Data: map[string]string{"offering": a.Key, "kind": string(a.Kind), "until": rec.UnavailableUntil.UTC().Format(time.RFC3339)}})
-	return err
+// provider is the fleet's provider name with its config.
+func (c *Controller) provider(ctx context.Context, f state.Fleet, name string) (providers.Provider, providers.Config, error) {
+	return c.opts.Providers.Provider(ctx, f, name)
 }
 
-// updateIf is update when cond holds, and nothing otherwise.
-func (c *Controller) updateIf(ctx context.Context, cond bool, fn func(state.Tx) error) error {
-	if !cond {
-		return nil
-	}
-	return c.deps.Update(ctx, fn)
-}
-
-// transitionEvent is the event of a node state change.
-func transitionEvent(n state.Node, from state.NodeState, reason string) state.Event {
-	return state.Event{Fleet: n.Fleet, Node: n.ID, Type: "node.transition",
-		Message: fmt.Sprintf("%s → %s: %s", from, n.State, reason),
-		Data:    map[string]string{"from": string(from), "to": string(n.State), "offering": n.Offering.Key()}}
-}
-
-// putLaunchOutcomeTx is putNodeTx for a launch's outcome. A launch the
-// market refused (capacity, quota: the offering is marked unavailable) says
-// so in its event, so the boot-failure alert, which is about images and
-// setup, does not count it; those conditions have alerts of their own.
-func putLaunchOutcomeTx(tx state.Tx, res reconcile.LaunchResult, from state.NodeState) error {
-	if err := tx.PutNode(res.Node); err != nil {
-		return err
-	}
-	if from == res.Node.State {
-		return nil
-	}
-	ev := transitionEvent(res.Node, from, res.Node.Reason)
-	if res.Mark != nil {
-		ev.Data["unavailable"] = string(res.Mark.Kind)
-	}
-	_, err := tx.AppendEvent(ev)
-	return err
-}
-
-// putNodeTx stores a node with its transition event.
-func putNodeTx(tx state.Tx, n state.Node, from state.NodeState, reason string) error {
-	if err := tx.PutNode(n); err != nil {
-		return err
-	}
-	if from != n.State {
-		_, err := tx.AppendEvent(transitionEvent(n, from, reason))
-		return err
-	}
-	return nil
-}
-
-// launch executes one Launch action whose start Launch has persisted:
-// render user-data, call Create, free its slot in sem, and have outcomes
-// commit the result.
-func (c *Controller) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, l reconcile.Launch, now time.Time, replacing bool,
-	sem <-chan struct{}, outcomes chan<- groupedUpdate) error {
-	n := l.Node
-	prov := reconcile.StartLaunch(n, now)
-	freed := false
-	free := func() {
-		if !freed {
-			freed = true
-			<-sem
-		}
-	}
-	defer free()
-	if !l.Relaunch && replacing {
-		c.deps.LaunchRequested(f.Name, n.ID, now)
-	}
-	p, cfg, err := c.deps.Provider(ctx, f, l.Offering.Provider)
-	var created []providers.Instance
-	if err == nil {
-		var ud string
-		ud, err = c.deps.UserData(f.Name, fl, prov)
-		if err == nil {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			who := reconcile.FleetIdentity(f, c.deps.DaemonID())
-			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
-				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: who.Token(n.ID), Tags: who.Tags(n.ID),
-			})
-			cancel()
-			if err == nil {
-				// Never record an instance this incarnation does not own,
-				// even if the provider answered the token with one.
-				if err = who.CheckLaunched(n.ID, created); err != nil {
-					created = nil
-				}
-			}
-		}
-		c.deps.CountProviderCall(l.Offering.Provider, "create", l.Offering.Region, cfg, err)
-	}
-	free() // the provider call is done: the next launch may start
-	after := c.deps.Now()
-	res := reconcile.AfterLaunch(prov, created, err, after)
-	// The outcome, its offering mark and the launch record in one durable
-	// transaction, shared with the outcomes of concurrent launches (a
-	// storm launches hundreds, and every commit waits for the one before).
-	done := make(chan error, 1)
-	outcomes <- groupedUpdate{done: done, fn: func(tx state.Tx) error {
-		if err := putLaunchOutcomeTx(tx, res, prov.State); err != nil {
-			return err
-		}
-		if res.Mark != nil {
-			if err := markUnavailableTx(tx, *res.Mark, after); err != nil {
-				return err
-			}
-		}
-		if !res.Succeeded {
-			return nil
-		}
-		rec, err := tx.Offering(l.Offering.Key())
-		if err != nil {
-			return err
-		}
-		return tx.PutOffering(placement.RecordLaunch(rec, after))
-	}}
-	if perr := <-done; perr != nil {
-		return perr
-	}
-	if err != nil {
-		return fmt.Errorf("create %s on %s: %w", n.ID, l.Offering.Key(), err)
-	}
-	return nil
+// countCall counts a provider call (Recorder.ProviderCall).
+func (c *Controller) countCall(provider, op, known string, cfg providers.Config, err error) {
+	c.opts.Recorder.ProviderCall(provider, op, known, cfg, err)
 }

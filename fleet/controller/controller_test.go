@@ -12,16 +12,6 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
-// storeDeps is Deps with only Update, on a state store.
-type storeDeps struct {
-	Deps
-	st state.Store
-}
-
-func (s storeDeps) Update(ctx context.Context, fn func(state.Tx) error) error {
-	return s.st.Update(ctx, fn)
-}
-
 // Concurrent launch outcomes share transactions; each caller learns its own
 // body's result, and a failing body costs only its own writes.
 func TestGroupCommitterIsolatesFailures(t *testing.T) {
@@ -30,7 +20,7 @@ func TestGroupCommitterIsolatesFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	c := New(storeDeps{st: st}, nil)
+	c := New(Options{Store: st})
 	for _, tc := range []struct {
 		name    string
 		bodies  int

@@ -1,4 +1,4 @@
-package fleet
+package stats
 
 import (
 	"slices"
@@ -15,7 +15,7 @@ import (
 // fit its node), not those its live nodes were launched at; before any
 // market view it keeps the launch-time ones.
 func TestStatusPriceAge(t *testing.T) {
-	d := &Daemon{stats: newRecoveryStats()}
+	d := New(nil)
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	launched := api.FleetSummary{Name: "bert", PriceSources: []string{"AWS Price List API"}, PricesAsOf: now.Add(-72 * time.Hour)}
 	fl := &spec.Fleet{Name: "bert", Node: spec.Node{GPUs: 8, Spot: true}, Providers: []spec.Provider{{Name: "aws"}, {Name: "gcp"}}}
@@ -43,18 +43,18 @@ func TestStatusPriceAge(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.provider != "" {
-			d.notePrices("bert", st.provider, fl, st.offs)
+			d.Prices("bert", st.provider, fl, st.offs)
 		}
 		s := launched
 		s.PriceSources = slices.Clone(launched.PriceSources)
-		d.currentPrices(&s)
+		d.CurrentPrices(&s)
 		if !slices.Equal(s.PriceSources, st.sources) || !s.PricesAsOf.Equal(st.asOf) {
 			t.Errorf("%s: prices from %q as of %v; want %q as of %v", st.name, s.PriceSources, s.PricesAsOf, st.sources, st.asOf)
 		}
 	}
 	// Another fleet is not affected.
 	other := api.FleetSummary{Name: "other", PriceSources: []string{"bundled table"}}
-	d.currentPrices(&other)
+	d.CurrentPrices(&other)
 	if !slices.Equal(other.PriceSources, []string{"bundled table"}) {
 		t.Errorf("another fleet's prices changed to %q", other.PriceSources)
 	}

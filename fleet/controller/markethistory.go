@@ -1,4 +1,4 @@
-package fleet
+package controller
 
 import (
 	"context"
@@ -17,23 +17,23 @@ import (
 // of from the prior (placement.CarrySpot). Each fleet keeps its own
 // history in its runtime as before; this is only the hand-over.
 
-const marketHistoryKey = "market/spot"
+const MarketHistoryKey = "market/spot"
 
 // marketFresh is how old the deployment's history may be for a new fleet
 // to take over the current state of each offering (up since when): a few
 // reconcile ticks. Older, the new fleet's first look starts it.
 const marketFresh = 2 * time.Minute
 
-// marketHistory is the value under marketHistoryKey.
-type marketHistory struct {
+// MarketHistory is the value under MarketHistoryKey.
+type MarketHistory struct {
 	// At is the last time a fleet's look was folded in.
 	At   time.Time            `json:"at"`
 	Spot []placement.SpotSeen `json:"spot"`
 }
 
-func loadMarketHistory(tx state.Tx) (marketHistory, error) {
-	var h marketHistory
-	b, err := tx.Meta(marketHistoryKey)
+func LoadMarketHistory(tx state.Tx) (MarketHistory, error) {
+	var h MarketHistory
+	b, err := tx.Meta(MarketHistoryKey)
 	if err != nil || len(b) == 0 {
 		return h, err
 	}
@@ -45,17 +45,17 @@ func loadMarketHistory(tx state.Tx) (marketHistory, error) {
 
 // seedSpotHistory gives a fleet that has no persisted runtime yet (a new
 // fleet) the deployment's market history to start from.
-func (d *Daemon) seedSpotHistory(ctx context.Context, rt *fleetRuntime, now time.Time) {
+func (c *Controller) seedSpotHistory(ctx context.Context, rt *Runtime, now time.Time) {
 	if rt.saved != nil || len(rt.Fallback.Spot) > 0 {
 		return
 	}
-	var h marketHistory
-	if err := d.store.View(ctx, func(tx state.Tx) error {
+	var h MarketHistory
+	if err := c.store.View(ctx, func(tx state.Tx) error {
 		var err error
-		h, err = loadMarketHistory(tx)
+		h, err = LoadMarketHistory(tx)
 		return err
 	}); err != nil {
-		d.log.Warn("load market history; the fleet starts from the prior", "err", err)
+		c.log.Warn("load market history; the fleet starts from the prior", "err", err)
 		return
 	}
 	rt.Fallback.Spot = placement.CarrySpot(h.Spot, h.At, now, marketFresh)
@@ -65,15 +65,15 @@ func (d *Daemon) seedSpotHistory(ctx context.Context, rt *fleetRuntime, now time
 // pass changed it (prev → next): per offering, the better informed of
 // the two wins (more ended runs, then more up time), ties going to the
 // fleet's fresher look.
-func (d *Daemon) noteSpotHistory(ctx context.Context, prev, next []placement.SpotSeen, now time.Time) {
+func (c *Controller) noteSpotHistory(ctx context.Context, prev, next []placement.SpotSeen, now time.Time) {
 	if len(next) == 0 || (placement.FallbackState{Spot: prev}).Equal(placement.FallbackState{Spot: next}) {
 		return
 	}
-	err := d.update(ctx, func(tx state.Tx) error {
-		h, err := loadMarketHistory(tx)
+	err := c.store.Update(ctx, func(tx state.Tx) error {
+		h, err := LoadMarketHistory(tx)
 		if err != nil {
-			d.log.Warn("market history unreadable; starting it afresh", "err", err)
-			h = marketHistory{}
+			c.log.Warn("market history unreadable; starting it afresh", "err", err)
+			h = MarketHistory{}
 		}
 		h.Spot = mergeSpotHistory(h.Spot, next, now)
 		h.At = now
@@ -81,10 +81,10 @@ func (d *Daemon) noteSpotHistory(ctx context.Context, prev, next []placement.Spo
 		if err != nil {
 			return err
 		}
-		return tx.SetMeta(marketHistoryKey, b)
+		return tx.SetMeta(MarketHistoryKey, b)
 	})
 	if err != nil && ctx.Err() == nil {
-		d.log.Warn("save market history; retried at the next change", "err", err)
+		c.log.Warn("save market history; retried at the next change", "err", err)
 	}
 }
 
@@ -126,12 +126,13 @@ func mergeSpotHistory(into, from []placement.SpotSeen, now time.Time) []placemen
 	return out
 }
 
-// spotOutlook is what `fleetd offerings` ranks by beyond the records: the
-// deployment's market history as a new fleet would start from it.
-func (d *Daemon) spotOutlook(ctx context.Context, now time.Time) placement.Outlook {
+// SpotOutlook is what `fleetd offerings` and plans rank by beyond the
+// records: the deployment's market history as a new fleet would start
+// from it.
+func SpotOutlook(ctx context.Context, st state.Store, now time.Time) placement.Outlook {
 	out := placement.Outlook{Now: now, Lead: placement.DefaultNoticeLead}
-	_ = d.store.View(ctx, func(tx state.Tx) error {
-		h, err := loadMarketHistory(tx)
+	_ = st.View(ctx, func(tx state.Tx) error {
+		h, err := LoadMarketHistory(tx)
 		if err == nil {
 			out.Spot = placement.CarrySpot(h.Spot, h.At, now, marketFresh)
 		}

@@ -2,99 +2,22 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
-	"github.com/fleetd/fleetd/rendezvous"
 )
 
-// kick wakes the reconcile loop after a change of desired or observed state.
-func (d *Daemon) kick() {
-	select {
-	case d.kickc <- struct{}{}:
-	default:
-	}
-}
-
-// reconcileLoop drives reconciliation: a periodic tick (catches losses
-// nobody announced) and kicks (applies, notices, registrations).
-func (d *Daemon) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(d.tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.kickc:
-		case <-t.C:
-		}
-		d.reconcileAll(ctx)
-	}
-}
-
-func (d *Daemon) fleetLock(name string) *sync.Mutex {
-	d.rtMu.Lock()
-	defer d.rtMu.Unlock()
-	m, ok := d.fleetLocks[name]
-	if !ok {
-		m = &sync.Mutex{}
-		d.fleetLocks[name] = m
-	}
-	return m
-}
-
-// rdzvStore persists rendezvous snapshots in the state store's meta bucket.
-type rdzvStore struct{ st state.Store }
-
-const rdzvPrefix = "rendezvous/"
-
-func (s rdzvStore) SaveFleet(ctx context.Context, fleet string, snap rendezvous.Snapshot) error {
-	b, err := json.Marshal(snap)
-	if err != nil {
-		return err
-	}
-	return s.st.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(rdzvPrefix+fleet, b) })
-}
-
-func (s rdzvStore) DeleteFleet(ctx context.Context, fleet string) error {
-	return s.st.Update(ctx, func(tx state.Tx) error { return tx.SetMeta(rdzvPrefix+fleet, nil) })
-}
-
-func (s rdzvStore) LoadAll(ctx context.Context) (map[string]rendezvous.Snapshot, error) {
-	out := map[string]rendezvous.Snapshot{}
-	err := s.st.View(ctx, func(tx state.Tx) error {
-		fleets, err := tx.Fleets()
-		if err != nil {
-			return err
-		}
-		for _, f := range fleets {
-			b, err := tx.Meta(rdzvPrefix + f.Name)
-			if err != nil {
-				return err
-			}
-			if len(b) == 0 {
-				continue
-			}
-			var snap rendezvous.Snapshot
-			if err := json.Unmarshal(b, &snap); err != nil {
-				return fmt.Errorf("rendezvous snapshot of %s: %w", f.Name, err)
-			}
-			out[f.Name] = snap
-		}
-		return nil
-	})
-	return out, err
-}
+// The market as plans and `fleetd offerings` see it: the providers' live
+// offerings for a spec, ranked by placement.
 
 // planOfferings fills the offerings part of a plan: where the fleet would
 // launch and what it would cost per hour, from the providers' live market.
@@ -129,8 +52,8 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 			fp.Notes = append(fp.Notes, fmt.Sprintf("provider %s offerings: %v", pb.Name, err))
 			continue
 		}
-		d.noteOfferings(o)
-		o, excluded := d.servableOfferings(o)
+		d.stats.OfferingsListed(o)
+		o, excluded := d.agents.servableOfferings(o)
 		fp.Notes = append(fp.Notes, excludedNotes(excluded)...)
 		offs = append(offs, o...)
 	}
@@ -140,7 +63,7 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	}
 	capDec := placement.Decision{Spot: fl.Node.Spot, OnDemand: !fl.Node.Spot, OnDemandLimit: -1}
 	ch := placement.Choose(placement.ChooseInput{Fleet: fl, Offerings: offs, Records: records, Now: d.now(),
-		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true, Outlook: d.spotOutlook(ctx, d.now()),
+		Need: fp.TargetNodes, Target: fp.TargetNodes, Capacity: capDec, AtBoundary: true, Outlook: controller.SpotOutlook(ctx, d.store, d.now()),
 		Move: d.moveCost(fl)})
 	if ch.Group == "" {
 		fp.Notes = append(fp.Notes, "no offering group can hold min_nodes now: "+ch.Reason)
@@ -242,7 +165,7 @@ func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
 			v.Notes = append(v.Notes, signalNotes(pb.Name, o)...)
 			offs = append(offs, o...)
 		}
-		v.Offerings = d.markNoAgent(placement.RankIn(fl, offs, records, d.spotOutlook(r.Context(), d.now()), placement.DefaultModel()))
+		v.Offerings = d.agents.markNoAgent(placement.RankIn(fl, offs, records, controller.SpotOutlook(r.Context(), d.store, d.now()), placement.DefaultModel()))
 		out = append(out, v)
 	}
 	api.WriteJSON(w, http.StatusOK, out)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/autoscale"
+	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
@@ -37,7 +38,7 @@ type reporter struct {
 func (r *reporter) run(ctx context.Context, t *testing.T) {
 	for ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
-		st, err := r.td.rz().Status(r.fleet)
+		st, err := r.td.rdzv.rz().Status(r.fleet)
 		if err != nil || st.State != rendezvous.RoundClosed || len(st.Members) == 0 || st.Members[0].GroupRank == nil {
 			continue
 		}
@@ -149,37 +150,37 @@ func TestDaemonAutoscalerSizesByReports(t *testing.T) {
 	r.mu.Lock()
 	r.rewind = 50
 	r.mu.Unlock()
-	if err := td.HandleNotice(ctx, "train", interruption.Notice{Node: victim, Kind: interruption.SpotInterruption, Source: "test"}); err != nil {
+	if err := td.ctrl.HandleNotice(ctx, "train", interruption.Notice{Node: victim, Kind: interruption.SpotInterruption, Source: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for resumed := false; !resumed; {
 		td.joinAll(t, "train", joined)
-		for _, rec := range td.recoveries("train") {
+		for _, rec := range td.stats.Recoveries("train") {
 			// The daemon knows the last step it saw: a report or two behind.
-			if rec.Kind == RecoveryTrainingResumed && rec.LostSteps != nil && *rec.LostSteps >= 40 && *rec.LostSteps <= 50 {
+			if rec.Kind == stats.RecoveryTrainingResumed && rec.LostSteps != nil && *rec.LostSteps >= 40 && *rec.LostSteps <= 50 {
 				resumed = true
 			}
 		}
 		if time.Now().After(deadline) {
-			st, _ := td.rz().Status("train")
+			st, _ := td.rdzv.rz().Status("train")
 			var lost []int64
-			for _, rec := range td.recoveries("train") {
+			for _, rec := range td.stats.Recoveries("train") {
 				if rec.LostSteps != nil {
 					lost = append(lost, *rec.LostSteps)
 				}
 			}
 			t.Fatalf("the workers' return was not measured: lost steps %v, recoveries %+v; rendezvous round %d %s, %d members; nodes %+v",
-				lost, td.recoveries("train"), st.Round, st.State, len(st.Members), td.nodes(t, "train"))
+				lost, td.stats.Recoveries("train"), st.Round, st.State, len(st.Members), td.nodes(t, "train"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	kinds := map[string]bool{}
-	for _, rec := range td.recoveries("train") {
+	for _, rec := range td.stats.Recoveries("train") {
 		kinds[rec.Kind] = true
 	}
-	if !kinds[RecoveryRoundReformed] {
-		t.Errorf("recoveries %+v: want round-reformed too", td.recoveries("train"))
+	if !kinds[stats.RecoveryRoundReformed] {
+		t.Errorf("recoveries %+v: want round-reformed too", td.stats.Recoveries("train"))
 	}
 
 	// The metrics.
@@ -202,7 +203,7 @@ func TestDaemonAutoscalerSizesByReports(t *testing.T) {
 			t.Errorf("%s%v: %v, want %g", c.name, c.labels, ms, c.want)
 		}
 	}
-	if ms := series(mfs, "fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": RecoveryTrainingResumed}); len(ms) != 1 || ms[0].GetHistogram().GetSampleCount() != 1 {
+	if ms := series(mfs, "fleetd_recovery_duration_seconds", map[string]string{"fleet": "train", "kind": stats.RecoveryTrainingResumed}); len(ms) != 1 || ms[0].GetHistogram().GetSampleCount() != 1 {
 		t.Errorf("training-resumed recoveries in /metrics: %v", ms)
 	}
 
@@ -211,7 +212,7 @@ func TestDaemonAutoscalerSizesByReports(t *testing.T) {
 	cancel()
 	td.stop()
 	td2 := launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: mem}, mem, opts)
-	rt := td2.runtime("train")
+	rt := td2.ctrl.Runtime("train")
 	sizes := map[int]bool{}
 	if rt.Training != nil {
 		for _, o := range rt.Training.History {
