@@ -19,33 +19,15 @@ type CheckpointConfig = agentwire.CheckpointConfig
 // EnvCheckpointDir is the worker variable naming the local checkpoint dir.
 const EnvCheckpointDir = "FLEETD_CHECKPOINT_DIR"
 
-// The checkpoint part of the agent API (fleet/api/agent_types.go).
-type checkpointSignRequest struct {
-	Method string   `json:"method"`
-	Keys   []string `json:"keys"`
-}
-
-type checkpointSignResponse struct {
-	URLs      map[string]string `json:"urls"`
-	ExpiresAt time.Time         `json:"expires_at"`
-}
-
-type checkpointListRequest struct {
-	Prefix string `json:"prefix"`
-}
-
-type checkpointListResponse struct {
-	Objects []ckpt.Object `json:"objects"`
-}
-
-type checkpointDeleteRequest struct {
-	Keys []string `json:"keys"`
-}
-
-type checkpointReport struct {
-	Status ckpt.Status  `json:"status"`
-	Events []ckpt.Event `json:"events,omitempty"`
-}
+// The checkpoint part of the agent API (agentwire).
+type (
+	checkpointSignRequest   = agentwire.CheckpointSignRequest
+	checkpointSignResponse  = agentwire.CheckpointSignResponse
+	checkpointListRequest   = agentwire.CheckpointListRequest
+	checkpointListResponse  = agentwire.CheckpointListResponse
+	checkpointDeleteRequest = agentwire.CheckpointDeleteRequest
+	checkpointReport        = agentwire.CheckpointReport
+)
 
 // daemonSigner is the daemon's half of a signed store, over the node API.
 type daemonSigner struct{ dc *daemonClient }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleetd/fleetd/agentwire"
 )
 
 // Config configures a Manager.
@@ -57,50 +59,13 @@ const (
 
 // Event is something the daemon should hear about (an event in its log,
 // an alert while the last upload failed).
-type Event struct {
-	Kind      string    `json:"kind"`
-	Step      int64     `json:"step"`
-	Bytes     int64     `json:"bytes,omitempty"`
-	MiBps     float64   `json:"mib_per_s,omitempty"`
-	Seconds   float64   `json:"seconds,omitempty"`
-	ErrorKind string    `json:"error_kind,omitempty"`
-	Detail    string    `json:"detail,omitempty"`
-	At        time.Time `json:"at"`
-}
+type Event = agentwire.CheckpointEvent
 
 // Transfer is an upload or restore in progress.
-type Transfer struct {
-	Step       int64     `json:"step"`
-	DoneBytes  int64     `json:"done_bytes"`
-	TotalBytes int64     `json:"total_bytes"`
-	StartedAt  time.Time `json:"started_at"`
-}
+type Transfer = agentwire.CheckpointTransfer
 
 // Status is the manager's state, reported to the daemon.
-type Status struct {
-	Store string `json:"store,omitempty"`
-	Dir   string `json:"dir"`
-	// LastStep is the newest checkpoint complete in the store (-1: none
-	// known), with its time and size.
-	LastStep  int64     `json:"last_step"`
-	LastAt    time.Time `json:"last_at,omitzero"`
-	LastBytes int64     `json:"last_bytes,omitempty"`
-	// LocalStep is the newest complete checkpoint in Dir (-1: none).
-	LocalStep int64     `json:"local_step"`
-	Uploading *Transfer `json:"uploading,omitempty"`
-	Restoring *Transfer `json:"restoring,omitempty"`
-	// UploadMiBps and RestoreMiBps are the last transfers' throughput.
-	UploadMiBps  float64 `json:"upload_mib_per_s,omitempty"`
-	RestoreMiBps float64 `json:"restore_mib_per_s,omitempty"`
-	// RestoredStep is the checkpoint this node restored at start (-1: none).
-	RestoredStep int64 `json:"restored_step"`
-	// Error is the last failure, cleared by the next success.
-	Error     string    `json:"error,omitempty"`
-	ErrorKind string    `json:"error_kind,omitempty"`
-	ErrorAt   time.Time `json:"error_at,omitzero"`
-	Uploads   int       `json:"uploads"`
-	Failures  int       `json:"failures"`
-}
+type Status = agentwire.CheckpointNodeStatus
 
 // Manager uploads, prunes and restores one job's checkpoints on a node.
 type Manager struct {

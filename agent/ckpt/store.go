@@ -16,13 +16,12 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/gcerrors"
+
+	"github.com/fleetd/fleetd/agentwire"
 )
 
 // Object is a stored object's key (relative to the store's prefix) and size.
-type Object struct {
-	Key  string `json:"key"`
-	Size int64  `json:"size"`
-}
+type Object = agentwire.CheckpointObject
 
 // Store is what the manager needs of an object store. Keys are relative
 // to the store's prefix.
