@@ -319,7 +319,7 @@ func TestBudgets(t *testing.T) {
 			project: Project{Name: "p", QuotaGPUs: 8, MaxGPUs: 8, Budget: Budget{State: budget.Capped, PerHour: 10, Reason: "burns $10.00/h, at its $10.00/h cap: no nodes are added"}},
 			fleets:  []Fleet{priced(running("f", "p", 4, 1, 8), 2.5), priced(applied("g", "p", 1, 2, t0), 1)},
 			want: map[string]Allocation{
-				"f": {Action: Run, To: 4, Kind: "hold", Reason: "no nodes are added: project p's budget burns $10.00/h, at its $10.00/h cap"},
+				"f": {Action: Run, To: 4, Kind: "hold", Reason: "p/f holds 4 nodes: project p's budget burns $10.00/h, at its $10.00/h cap: no nodes are added"},
 				"g": {Action: Queue, To: 0, Kind: "queued", Reason: "budget: project p's budget burns"},
 			},
 		},

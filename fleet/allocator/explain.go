@@ -263,7 +263,7 @@ func (a *alloc) capWhy(f *fstate) string {
 	case "capacity":
 		return fmt.Sprintf("the clouds offer %d of its nodes now", f.hi)
 	case "budget":
-		return "no nodes are added: " + f.noGrow
+		return f.noGrow
 	}
 	return ""
 }
