@@ -397,6 +397,8 @@ func TestQueueOrder(t *testing.T) {
 		fleets []Fleet
 		order  []string
 		start  []string
+		// waits: a queued fleet's reason must contain this.
+		waits map[string]string
 	}{
 		{
 			name: "priority, then arrival",
@@ -425,6 +427,7 @@ func TestQueueOrder(t *testing.T) {
 				applied("small", "p", 1, 1, t0),
 			},
 			order: []string{"huge", "small"},
+			waits: map[string]string{"small": "p/huge waits ahead of it for 40m (a fleet waiting over 30m keeps its place)"},
 		},
 		{
 			name: "backfill before that",
@@ -453,10 +456,12 @@ func TestQueueOrder(t *testing.T) {
 			for _, s := range tc.start {
 				expect(t, d, s, Run, 1, "start")
 			}
-			if tc.name == "reserved: a small fleet does not start past one waiting 40 minutes" {
-				expect(t, d, "small", Queue, 0, "queued", "p/huge waits ahead of it for 40m (a fleet waiting over 30m keeps its place)")
-				if !d.Queue[0].Reserved {
-					t.Error("huge is not reserved")
+			for name, why := range tc.waits {
+				expect(t, d, name, Queue, 0, "queued", why)
+			}
+			for _, e := range d.Queue {
+				if want := e.Waiting >= DefaultReserveAfter; e.Reserved != want {
+					t.Errorf("%s reserved=%v after %s", e.Fleet, e.Reserved, e.Waiting)
 				}
 			}
 		})

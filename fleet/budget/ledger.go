@@ -3,8 +3,9 @@ package budget
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -139,7 +140,7 @@ func (l *Ledger) Charge(now time.Time, fleet, project string, s Spend) {
 
 // Advance accrues every fleet's spend up to now.
 func (l *Ledger) Advance(now time.Time) {
-	for _, f := range sortedKeys(l.Fleets) {
+	for _, f := range slices.Sorted(maps.Keys(l.Fleets)) {
 		l.accrue(f, now)
 	}
 }
@@ -226,7 +227,7 @@ func (l *Ledger) ProjectStatus(project string, lim Limits, now time.Time) Status
 	if pa := l.Projects[project]; pa != nil {
 		a = *pa
 	}
-	for _, f := range sortedKeys(l.Fleets) {
+	for _, f := range slices.Sorted(maps.Keys(l.Fleets)) {
 		if l.Owner[f] != project {
 			continue
 		}
@@ -286,7 +287,7 @@ func (l *Ledger) Alerts(now time.Time, limits func(kind, name string) (Limits, b
 	l.Advance(now)
 	var out []Alert
 	check := func(kind string, m map[string]*Account, status func(string, Limits) Status) {
-		for _, name := range sortedKeys(m) {
+		for _, name := range slices.Sorted(maps.Keys(m)) {
 			lim, ok := limits(kind, name)
 			if !ok || lim.IsZero() {
 				continue
@@ -329,13 +330,4 @@ func Unmarshal(b []byte) (*Ledger, error) {
 		}
 	}
 	return l, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
