@@ -260,3 +260,40 @@ func TestAlertsOncePerCrossing(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+// TestObserveAbsoluteSpend: the daemon's own spend figures (from node
+// records) set the spend; they never lower it, egress charges stay, and
+// the time between observations is estimated at the last rate.
+func TestObserveAbsoluteSpend(t *testing.T) {
+	var l Ledger
+	steps := []struct {
+		at          time.Duration
+		spent, rate Spend
+		charge      float64
+		want        float64 // the fleet's total at `at`
+	}{
+		{0, Spend{}, Spend{Spot: 2}, 0, 0},
+		{time.Hour, Spend{Spot: 2.1}, Spend{Spot: 2, OnDemand: 3}, 0.5, 2.6},
+		{2 * time.Hour, Spend{Spot: 4, OnDemand: 2.9}, Spend{Spot: 2, OnDemand: 3}, 0, 7.4},
+		// A pruned node record lowers the daemon's figure: the ledger keeps its spend.
+		{3 * time.Hour, Spend{Spot: 3, OnDemand: 5.9}, Spend{}, 0, 10.4},
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		l.Observe(now, "f", "p", s.spent, s.rate)
+		if s.charge > 0 {
+			l.Charge(now, "f", "p", Spend{Egress: s.charge})
+		}
+		if got := l.FleetStatus("f", Limits{}, now).Total; !near(got, s.want) {
+			t.Errorf("+%s: $%g, want $%g", s.at, got, s.want)
+		}
+		if got := l.ProjectStatus("p", Limits{}, now).Total; !near(got, s.want) {
+			t.Errorf("+%s: project $%g, want $%g", s.at, got, s.want)
+		}
+	}
+	// Between observations: the last rate (0 here) estimates.
+	l.Observe(t0.Add(4*time.Hour), "f", "p", Spend{Spot: 4, OnDemand: 5.9}, Spend{OnDemand: 1})
+	if got := l.FleetStatus("f", Limits{}, t0.Add(6*time.Hour)).Total; !near(got, 12.4) {
+		t.Errorf("estimated $%g, want $12.4", got)
+	}
+}

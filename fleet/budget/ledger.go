@@ -157,11 +157,16 @@ func (l *Ledger) Forget(now time.Time, fleet string) {
 	}
 }
 
-// bind accrues the fleet to now and makes sure both accounts exist. A
-// fleet that moves to another project takes its future spend along; what
-// it spent stays where it was spent.
+// bind accrues the fleet to now and attaches it to its project.
 func (l *Ledger) bind(fleet, project string, now time.Time) {
 	l.accrue(fleet, now)
+	l.attach(fleet, project, now)
+}
+
+// attach makes sure both accounts exist. A fleet that moves to another
+// project takes its future spend along; what it spent stays where it was
+// spent.
+func (l *Ledger) attach(fleet, project string, now time.Time) {
 	fa := l.account(&l.Fleets, fleet)
 	pa := l.account(&l.Projects, project)
 	if fa.At.IsZero() {
@@ -178,6 +183,30 @@ func (l *Ledger) bind(fleet, project string, now time.Time) {
 		l.sumRates(old)
 	}
 	l.Owner[fleet] = project
+}
+
+// Observe records a fleet's spend as the daemon computes it from its node
+// records (price × lifetime, by capacity type) and its current run rate:
+// exact across restarts and failovers, since the records are persisted.
+// Spend never goes down here (a pruned node record must not refund it);
+// egress comes only from Charge. Between two observations the statuses
+// estimate the spend at the last rate.
+func (l *Ledger) Observe(now time.Time, fleet, project string, spent, rate Spend) {
+	l.attach(fleet, project, now)
+	fa, pa := l.Fleets[fleet], l.Projects[project]
+	d := Spend{Spot: math.Max(spent.Spot-fa.Spent.Spot, 0), OnDemand: math.Max(spent.OnDemand-fa.Spent.OnDemand, 0)}
+	fa.Spent, pa.Spent = fa.Spent.add(d), pa.Spent.add(d)
+	fa.Rate = Spend{Spot: rate.Spot, OnDemand: rate.OnDemand}
+	if now.After(fa.At) {
+		fa.At = now
+	}
+	if fa.Since.IsZero() && (d.Total() > 0 || fa.Rate.Total() > 0) {
+		fa.Since = now
+	}
+	if pa.Since.IsZero() && d.Total() > 0 {
+		pa.Since = now
+	}
+	l.sumRates(project)
 }
 
 func (l *Ledger) sumRates(project string) {
