@@ -78,14 +78,12 @@ type alloc struct {
 	fleets   []*fstate
 	pool     int
 	queue    []QueueEntry
-	hyst     float64
 }
 
 // Decide makes one pass's decision. Pure: the same input gives the same
 // decision.
 func Decide(in Input) Decision {
 	a := &alloc{in: in, p: in.Params.WithDefaults(), projects: map[string]*pstate{}, pool: in.PoolGPUs}
-	a.hyst = a.p.Hysteresis
 	for _, p := range in.Projects {
 		ps := &pstate{in: p, known: true, weight: a.weightOf(p.Priority)}
 		a.projects[p.Name] = ps
@@ -205,7 +203,7 @@ func (a *alloc) gain(f *fstate, n, m int) float64 {
 	c := f.incumbent
 	if c > n {
 		k := min(m, c)
-		v += f.weight * (f.s(k) - f.s(n)) * a.hyst
+		v += f.weight * (f.s(k) - f.s(n)) * a.p.Hysteresis
 		if f.settling {
 			v += 1e6 * float64(k-n)
 		}
@@ -309,11 +307,10 @@ func (a *alloc) markDollarLimited() {
 		if p.in.Budget.PerHour <= 0 {
 			continue
 		}
-		want, gpus := 0.0, 0
+		want := 0.0
 		for _, f := range p.fleets {
 			if f.managed {
 				want += float64(f.hi) * f.price()
-				gpus += f.hi * f.g
 			}
 		}
 		p.dollars = want > p.in.Budget.PerHour

@@ -557,3 +557,22 @@ func TestCurveFromPointsAndJSON(t *testing.T) {
 		t.Errorf("json %s %v", b, err)
 	}
 }
+
+// TestPure: the same input gives the same decision, and the input is
+// left as it was.
+func TestPure(t *testing.T) {
+	in := Input{Now: t0, PoolGPUs: 6, Projects: []Project{{Name: "a", QuotaGPUs: 3, MaxGPUs: 6}, {Name: "b", QuotaGPUs: 3, MaxGPUs: 6}},
+		Fleets: []Fleet{running("x", "a", 4, 1, 6), running("y", "b", 2, 1, 6), applied("z", "b", 2, 2, t0), applied("w", "a", 3, 3, t0)}}
+	in.Fleets[0].Curve, in.Fleets[1].Curve = flat(), linear(6)
+	before, _ := json.Marshal(in)
+	d1, d2 := Decide(in), Decide(in)
+	after, _ := json.Marshal(in)
+	if string(before) != string(after) {
+		t.Errorf("Decide changed its input")
+	}
+	j1, _ := json.Marshal(d1)
+	j2, _ := json.Marshal(d2)
+	if string(j1) != string(j2) {
+		t.Errorf("two decisions differ:\n%s\n%s", j1, j2)
+	}
+}

@@ -154,8 +154,10 @@ type Fleet struct {
 	// or desired_nodes); 0 means MaxNodes.
 	Want int `json:"want,omitempty"`
 	// Current is its live nodes; Running says it was admitted (it holds
-	// its min_nodes, or is getting them back after interruptions). A
-	// fleet neither running nor paused is in the queue.
+	// its min_nodes, or is getting them back after interruptions): the
+	// caller sets it once a decision said run and keeps it (persisted)
+	// until the fleet ends or pauses. A fleet neither running nor paused
+	// is in the queue.
 	Current int  `json:"current"`
 	Running bool `json:"running"`
 	// Paused: paused (budget, or by hand) until `fleetd resume`.

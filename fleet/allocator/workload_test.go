@@ -71,6 +71,9 @@ func TestWorkloadInVirtualTime(t *testing.T) {
 			if a.Fleet != j.f.Name {
 				t.Fatalf("decision order: %s for %s", a.Fleet, j.f.Name)
 			}
+			if a.Reason == "" || a.Kind == "" {
+				t.Fatalf("%s: %s has no reason: %+v", now, a.Fleet, a)
+			}
 			switch a.Action {
 			case Run:
 				if a.To < j.f.MinNodes {
