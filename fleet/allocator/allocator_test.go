@@ -551,7 +551,7 @@ func TestCurveFromPointsAndJSON(t *testing.T) {
 	d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 5, MaxGPUs: 5}}, Fleets: []Fleet{f, g}})
 	// f's 3rd node would add 20 % (the model's), g's 2nd and 3rd 200 %.
 	expect(t, d, "g", Run, 3, "grow")
-	expect(t, d, "f", Run, 2, "hold", "a 3rd node would add 20 %")
+	expect(t, d, "f", Run, 2, "hold", "a 3rd node would add 20 % (predicted by its scaling model)")
 	b, err := json.Marshal(d)
 	if err != nil || !strings.Contains(string(b), `"kind":"grow"`) {
 		t.Errorf("json %s %v", b, err)

@@ -3,8 +3,11 @@ package allocator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/fleetd/fleetd/fleet/autoscale"
 )
 
 // finish turns the tentative allocation into the decision and its reasons.
@@ -278,11 +281,14 @@ func (a *alloc) adds(f *fstate, lo, hi int) string {
 	return fmt.Sprintf("%s %s throughput%s", verb, pct(f.x(hi)/f.x(lo)-1), a.assumedNote(f, lo, hi))
 }
 
-// assumedNote marks figures the fleet's curve did not measure.
+// assumedNote marks figures the fleet's curve did not measure: with no
+// curve, where it cannot say (extrapolated here), and, for the
+// autoscaler's model, sizes it predicts but never ran.
 func (a *alloc) assumedNote(f *fstate, lo, hi int) string {
 	if f.in.Curve == nil {
 		return " (not measured yet: linear scaling assumed)"
 	}
+	predicted := false
 	for _, n := range []int{lo, hi} {
 		if n < 1 {
 			continue
@@ -290,6 +296,12 @@ func (a *alloc) assumedNote(f *fstate, lo, hi int) string {
 		if _, ok := f.in.Curve.Throughput(n); !ok {
 			return " (extrapolated: not measured at that size)"
 		}
+		if m, ok := f.in.Curve.(autoscale.Model); ok && !slices.Contains(m.Sizes, n) {
+			predicted = true
+		}
+	}
+	if predicted {
+		return " (predicted by its scaling model)"
 	}
 	return ""
 }
