@@ -35,8 +35,7 @@ type Params struct {
 	// move nothing.
 	Hysteresis float64 `json:"hysteresis"`
 	// MinInterval: a fleet resized less than this long ago keeps its
-	// nodes against its own project's other fleets (another project's
-	// guarantee and budgets still apply).
+	// nodes unless another project's guarantee needs them.
 	MinInterval time.Duration `json:"min_interval"`
 	// RestartChangeover and InProcessChangeover are a resize's stall
 	// when the fleet does not say (Change.Changeover).
