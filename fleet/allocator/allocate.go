@@ -270,6 +270,7 @@ func (a *alloc) gate() {
 				// Kept as is, outside every quota: the pool still counts it.
 				f.lo, f.hi, f.n, f.managed = in.Current, in.Current, in.Current, true
 				f.proj.used += in.Current * f.g
+				f.proj.mins += in.Current * f.g
 				al.Action, al.Kind = Run, "no-project"
 				al.Reason = a.noProjectWhy(f)
 			} else {
@@ -277,6 +278,10 @@ func (a *alloc) gate() {
 				al.Reason = "project " + in.Project + " does not exist: name one of the daemon's projects in the spec"
 				a.enqueue(f, al.Reason, false)
 			}
+			continue
+		case (f.proj.in.Unlimited || f.g == 0) && f.noGrow != "" && !in.Running:
+			al.Action, al.Kind = Queue, "queued"
+			a.enqueue(f, "budget: "+f.noGrow, false)
 			continue
 		case f.proj.in.Unlimited || f.g == 0:
 			// Sized as without projects: the default project when not

@@ -110,6 +110,9 @@ func (a *alloc) fits(f *fstate) string {
 	if p.mins+need <= p.ceiling() && a.pool-reserved >= need {
 		return ""
 	}
+	if p.mins+need <= p.quota() {
+		return fmt.Sprintf("its min_nodes need %d GPUs; project %s's quota has room, but only %d of the pool's %d GPUs are not held by running fleets' min_nodes", need, p.in.Name, max(a.pool-poolMins, 0), a.pool)
+	}
 	var holders []string
 	for _, g := range p.fleets {
 		if g.managed && g.lo > 0 {
