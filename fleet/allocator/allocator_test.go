@@ -497,6 +497,12 @@ func TestProjectsEdgeCases(t *testing.T) {
 		d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 8, MaxGPUs: 8}}, Fleets: []Fleet{f}})
 		expect(t, d, "f", Run, 4, "shrink", "p/f 6→4: its autoscaler wants 4; its 5th and 6th node add 50 % throughput")
 	})
+	t.Run("a smaller pool or ceiling shrinks what runs", func(t *testing.T) {
+		d := Decide(Input{Now: t0, PoolGPUs: 3, Projects: []Project{{Name: "p", QuotaGPUs: 3, MaxGPUs: 8}}, Fleets: []Fleet{running("f", "p", 5, 1, 8)}})
+		expect(t, d, "f", Run, 3, "shrink", "p/f 5→3: its 4th and 5th node add 67 % throughput (not measured yet: linear scaling assumed); the pool (3 GPUs) is smaller than what runs")
+		d = Decide(Input{Now: t0, PoolGPUs: 8, Projects: []Project{{Name: "p", QuotaGPUs: 2, MaxGPUs: 4}}, Fleets: []Fleet{running("f", "p", 5, 1, 8)}})
+		expect(t, d, "f", Run, 4, "shrink", "project p may hold 4 GPUs (max_gpus), less than it ran")
+	})
 	t.Run("interrupted below min_nodes gets its min back first", func(t *testing.T) {
 		d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}},
 			Fleets: []Fleet{running("hurt", "p", 1, 2, 2), running("other", "p", 2, 1, 4)}})

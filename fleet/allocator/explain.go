@@ -140,6 +140,10 @@ func (a *alloc) runWhy(f *fstate) (string, string) {
 				}
 			case len(gainers) > 0:
 				b.WriteString("; " + strings.Join(gainers, "; "))
+			case p.before > p.ceiling():
+				fmt.Fprintf(&b, "; project %s may hold %d GPUs (max_gpus), less than it ran", p.in.Name, p.ceiling())
+			default:
+				fmt.Fprintf(&b, "; the pool (%d GPUs) is smaller than what runs", a.pool)
 			}
 		}
 	}
