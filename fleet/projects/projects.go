@@ -62,10 +62,13 @@ func (c *Config) Pool() int {
 func (c *Config) Enabled() bool { return len(c.Projects) > 0 }
 
 // Get returns the named project. The default project exists even when
-// not declared: then it is Unlimited.
+// not declared: then it is Unlimited. A nil Config has no projects.
 func (c *Config) Get(name string) (Project, bool) {
 	if name == "" {
 		name = Default
+	}
+	if c == nil {
+		c = &Config{}
 	}
 	for _, p := range c.Projects {
 		if p.Name == name {
@@ -88,6 +91,9 @@ func (c *Config) Lookup(name string) (quotaGPUs, maxGPUs int, ok bool) {
 // Names lists the projects a spec may name, sorted.
 func (c *Config) Names() []string {
 	names := []string{Default}
+	if c == nil {
+		return names
+	}
 	for _, p := range c.Projects {
 		if p.Name != Default {
 			names = append(names, p.Name)

@@ -158,6 +158,10 @@ func TestPoolAndLookup(t *testing.T) {
 	if got := c.Names(); !reflect.DeepEqual(got, []string{"a", "b", "default"}) {
 		t.Errorf("names %v", got)
 	}
+	var none *Config
+	if _, _, ok := none.Lookup("a"); ok || len(none.Names()) != 1 {
+		t.Error("a nil config knows projects")
+	}
 	if (&Config{}).Enabled() || !c.Enabled() {
 		t.Error("Enabled")
 	}
