@@ -360,3 +360,35 @@ func Unmarshal(b []byte) (*Ledger, error) {
 	}
 	return l, nil
 }
+
+// MetaKey is where the daemon keeps the ledger in its state store's meta.
+const MetaKey = "budget-ledger"
+
+// MetaStore is the part of a state transaction the ledger is kept in
+// (state.Tx is one, on bbolt and on etcd alike, so the ledger follows the
+// leader).
+type MetaStore interface {
+	Meta(key string) ([]byte, error)
+	SetMeta(key string, value []byte) error
+}
+
+// Load reads the ledger kept in tx; an empty one when there is none.
+func Load(tx MetaStore) (*Ledger, error) {
+	b, err := tx.Meta(MetaKey)
+	if err != nil {
+		return nil, fmt.Errorf("read budget ledger: %w", err)
+	}
+	return Unmarshal(b)
+}
+
+// Save keeps the ledger in tx.
+func (l *Ledger) Save(tx MetaStore) error {
+	b, err := l.Marshal()
+	if err != nil {
+		return fmt.Errorf("encode budget ledger: %w", err)
+	}
+	if err := tx.SetMeta(MetaKey, b); err != nil {
+		return fmt.Errorf("save budget ledger: %w", err)
+	}
+	return nil
+}
