@@ -193,11 +193,11 @@ func (a *alloc) stall(f *Fleet) time.Duration {
 	return a.p.RestartChangeover + time.Duration(f.Change.CheckpointGB/a.p.RestoreGBPerSec*float64(time.Second))
 }
 
-// gain is the value of taking the fleet from n to m nodes, in
-// GPU-equivalents of work over the horizon's hours: its weighted work
-// added, with the nodes it already runs counting Hysteresis more (and
-// much more while it settles), less what the resize's stall costs, or
-// plus it when the step returns to the live size (no change at all).
+// gain is the value of taking the fleet from n to m nodes: the work rate
+// it adds (GPU-equivalents, priority-weighted), with the nodes it already
+// runs counting Hysteresis more (and much more while it settles), less
+// the resize's stall spread over the horizon, or plus it when the step
+// returns to the live size (no resize at all).
 func (a *alloc) gain(f *fstate, n, m int) float64 {
 	v := f.weight * (f.s(m) - f.s(n))
 	c := f.incumbent
