@@ -56,6 +56,8 @@ type fstate struct {
 	// managed: it takes part in the fill (admitted, in the pool).
 	managed bool
 	started bool
+	// resumed: paused by a budget that is no longer exhausted.
+	resumed bool
 	// incumbent is its live nodes when they count as kept (a running
 	// fleet), -1 otherwise (no change cost).
 	incumbent int
@@ -228,13 +230,15 @@ func (a *alloc) gate() {
 		al := &f.alloc
 		*al = Allocation{Fleet: in.Name, Project: in.Project, From: in.Current}
 		pb := f.proj.in.Budget
+		exhausted := in.Budget.State == budget.Exhausted || pb.State == budget.Exhausted
+		f.resumed = in.Paused && in.PausedByBudget && !exhausted
 		switch {
-		case in.Paused:
+		case in.Paused && !f.resumed:
 			al.Action, al.Kind = Paused, "paused"
 			al.Remove = removeAll(in.Nodes)
 			al.Reason = a.pausedWhy(f)
 			continue
-		case in.Budget.State == budget.Exhausted || pb.State == budget.Exhausted:
+		case exhausted:
 			b, whose := in.Budget, "its"
 			if in.Budget.State != budget.Exhausted {
 				b, whose = pb, "project "+in.Project+"'s"

@@ -350,6 +350,24 @@ func TestBudgets(t *testing.T) {
 			want:    map[string]Allocation{"f": {Action: Paused, To: 0, Kind: "paused", Reason: "`fleetd resume` brings it back"}},
 		},
 		{
+			name:    "paused by a budget that was raised: it starts again",
+			project: Project{Name: "p", QuotaGPUs: 8, MaxGPUs: 8, Budget: Budget{State: budget.Warn}},
+			fleets: []Fleet{
+				func() Fleet { f := applied("f", "p", 1, 2, t0); f.Paused, f.PausedByBudget = true, true; return f }(),
+				func() Fleet { f := applied("g", "p", 1, 2, t0); f.Paused = true; return f }(),
+			},
+			want: map[string]Allocation{
+				"f": {Action: Run, To: 2, Kind: "start", Reason: "(resumes: its budget is no longer spent)"},
+				"g": {Action: Paused, To: 0, Kind: "paused"},
+			},
+		},
+		{
+			name:    "paused by a budget still spent: stays paused",
+			project: Project{Name: "p", QuotaGPUs: 8, MaxGPUs: 8, Budget: Budget{State: budget.Exhausted}},
+			fleets:  []Fleet{func() Fleet { f := applied("f", "p", 1, 2, t0); f.Paused, f.PausedByBudget = true, true; return f }()},
+			want:    map[string]Allocation{"f": {Action: Paused, To: 0, Kind: "paused"}},
+		},
+		{
 			name:    "per dollar: the cheap fleet gets the budget's last dollars",
 			project: Project{Name: "p", QuotaGPUs: 8, MaxGPUs: 8, Budget: Budget{PerHour: 6}},
 			fleets: []Fleet{

@@ -96,6 +96,9 @@ func (a *alloc) runWhy(f *fstate) (string, string) {
 		if to < f.in.MaxNodes {
 			b.WriteString(a.limitWhy(f))
 		}
+		if f.resumed {
+			b.WriteString(" (resumes: its budget is no longer spent)")
+		}
 	case to == from:
 		kind = "hold"
 		fmt.Fprintf(&b, "%s holds %d node%s", f.name(), to, plural(to))

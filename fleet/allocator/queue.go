@@ -71,6 +71,9 @@ func (a *alloc) admit() {
 
 func (a *alloc) enqueue(f *fstate, why string, reserved bool) {
 	f.proj.queued++
+	if f.resumed {
+		why += " (paused by its budget, which is no longer spent: it resumes when it fits)"
+	}
 	a.queue = append(a.queue, QueueEntry{Fleet: f.in.Name, Project: f.in.Project, Priority: a.effPriority(f), Waiting: a.waited(f), Reserved: reserved, Reason: why})
 }
 

@@ -159,9 +159,12 @@ type Fleet struct {
 	// is in the queue.
 	Current int  `json:"current"`
 	Running bool `json:"running"`
-	// Paused: paused (budget, or by hand) until `fleetd resume`.
-	Paused bool   `json:"paused,omitempty"`
-	Nodes  []Node `json:"nodes,omitempty"`
+	// Paused: paused until `fleetd resume`, or, when PausedByBudget,
+	// until no budget of it is exhausted any more (a raised budget): then
+	// it queues to start again.
+	Paused         bool   `json:"paused,omitempty"`
+	PausedByBudget bool   `json:"paused_by_budget,omitempty"`
+	Nodes          []Node `json:"nodes,omitempty"`
 	// Priority orders the queue and weights the fleet's goodput.
 	Priority int `json:"priority,omitempty"`
 	// Arrival is when it was applied (or resumed): its place in the queue.
