@@ -273,6 +273,9 @@ type FleetSummary struct {
 	// Scaling says why the fleet has its target size; nil before the
 	// fleet's first reconcile pass.
 	Scaling *ScalingInfo `json:"scaling,omitempty"`
+	// Allocation is the allocator's decision (docs/projects.md); nil
+	// while the daemon runs no projects.
+	Allocation *AllocationInfo `json:"allocation,omitempty"`
 }
 
 // TrainingInfo is a fleet's training progress.

@@ -21,8 +21,10 @@ var fleetSchema = &hcl.BodySchema{
 		{Name: "desired_nodes"},
 		{Name: "deadline"},
 		{Name: "work"},
+		{Name: "project"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "budget"},
 		{Type: "node"},
 		{Type: "placement"},
 		{Type: "provider", LabelNames: []string{"name"}},
@@ -168,6 +170,7 @@ func (p *parser) decodeFleet(b *hcl.Block) *Fleet {
 	p.decodeProviders(b, content.Blocks, fl)
 	trainingA := p.decodeTraining(b, content.Blocks, &fl.Training)
 	p.decodeRendezvous(content.Blocks, &fl.Rendezvous)
+	p.decodeProject(attrs["project"], content.Blocks, fl, minOK && nodeA != nil)
 
 	// Cross-block rules, checked only when the values involved are valid so
 	// one mistake is reported once.

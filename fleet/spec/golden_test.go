@@ -32,8 +32,19 @@ func testOptions() Options {
 		},
 		KnownProviders: []string{aws.Name, gcp.Name, local.Name},
 		Env:            []string{},
+		Projects:       testProjects{"vision": {16, 32}, "nlp": {8, 16}, "default": {0, 0}},
 	}
 }
+
+// testProjects is a daemon's project set: name → quota, max_gpus.
+type testProjects map[string][2]int
+
+func (t testProjects) Lookup(name string) (int, int, bool) {
+	p, ok := t[name]
+	return p[0], p[1], ok
+}
+
+func (t testProjects) Names() []string { return sortedKeys(t) }
 
 // brokenWant lists, per broken spec, the problems its rendering must show,
 // so regenerating the golden files cannot silently accept a lost error.
@@ -67,6 +78,12 @@ var brokenWant = map[string][]string{
 	"bad_checkpoint": {
 		"bad_checkpoint.hcl:15:15", "dir is a directory on the node, not a URL", `unknown parameter "endpont" for s3://; did you mean "endpoint"?`,
 		"keep must be at least 1", "bad_checkpoint.hcl:35:5", "Missing checkpoint dir", "Signed URLs for a file store", "5 errors",
+	},
+	"bad_project": {
+		"bad_project.hcl:4:15", `The daemon has no project named "visoin". Did you mean "vision"?`,
+		"bad_project.hcl:11:20", "per_hour is in dollars and must be greater than 0, got -3", "bad_project.hcl:13:20", "warn_at", `on_exhausted must be "pause"`,
+		"bad_project.hcl:27:15", `project "nlp" may hold at most 16 (its max_gpus): the fleet could never start`,
+		"bad_project.hcl:43:15", `"robotics". Its projects: default, nlp, vision.`, "bad_project.hcl:52:3", "Duplicate budget block", "7 errors",
 	},
 	"missing_blocks": {`The argument "max_nodes" is required`, "Missing node block", "Missing provider block", "Missing training block", "Invalid fleet name", "Duplicate node block", "6 errors"},
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -42,6 +43,19 @@ type Options struct {
 	// filesystem: the daemon parses a spec with the files the CLI read, so
 	// both see the same contents wherever the daemon runs.
 	ReadFile func(path string) ([]byte, error)
+	// Projects are the daemon's projects a fleet may name; nil accepts
+	// any name (offline validation, where the daemon's are unknown).
+	Projects ProjectSet
+}
+
+// ProjectSet is what the spec checks a fleet's project against (the
+// daemon's projects.Config is one).
+type ProjectSet interface {
+	// Lookup gives a project's quota and borrowing ceiling in GPUs (0, 0:
+	// not limited); ok is false for an unknown project.
+	Lookup(name string) (quotaGPUs, maxGPUs int, ok bool)
+	// Names lists the known projects, for suggestions.
+	Names() []string
 }
 
 // File is a parsed spec file.
@@ -89,7 +103,23 @@ type Fleet struct {
 	Providers  []Provider    `json:"providers"`
 	Training   Training      `json:"training"`
 	Rendezvous Rendezvous    `json:"rendezvous"`
-	DeclRange  hcl.Range     `json:"-"`
+	// Project is the project the fleet runs in; empty means the default
+	// project (DefaultProject).
+	Project string `json:"project,omitempty"`
+	// Budget is the fleet's own budget block; nil when absent.
+	Budget    *budget.Limits `json:"budget,omitempty"`
+	DeclRange hcl.Range      `json:"-"`
+}
+
+// DefaultProject is the project of a fleet whose spec names none.
+const DefaultProject = "default"
+
+// ProjectName is the fleet's project with the default applied.
+func (f *Fleet) ProjectName() string {
+	if f.Project == "" {
+		return DefaultProject
+	}
+	return f.Project
 }
 
 // TargetNodes is the node count to aim for before the autoscaler has

@@ -13,7 +13,7 @@ import (
 )
 
 func TestEveryDefinitionCompiles(t *testing.T) {
-	for _, def := range []string{schema.Status, schema.FleetSummary, schema.FleetDetail, schema.EventsResponse, schema.Event, "[]" + schema.FleetSummary} {
+	for _, def := range []string{"Project", "QueueEntry", "AllocationInfo", schema.Status, schema.FleetSummary, schema.FleetDetail, schema.EventsResponse, schema.Event, "[]" + schema.FleetSummary} {
 		if _, err := schema.Compile(def); err != nil {
 			t.Errorf("%s: %v", def, err)
 		}
@@ -91,6 +91,10 @@ func TestSchemaCoversWireTypes(t *testing.T) {
 		{"TrainingInfo", api.TrainingInfo{}},
 		{"TrainingPoint", api.TrainingPoint{}},
 		{"ScalingInfo", api.ScalingInfo{}},
+		{"AllocationInfo", api.AllocationInfo{}},
+		{"BudgetInfo", api.BudgetInfo{}},
+		{"Project", api.Project{}},
+		{"QueueEntry", api.QueueEntry{}},
 		{"ScaleOption", api.ScaleOption{}},
 		{"ScaleModel", api.ScaleModel{}},
 		{"CheckpointStatus", api.CheckpointStatus{}},
