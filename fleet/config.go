@@ -1,5 +1,3 @@
-// Package fleet is the fleetd control daemon: it wires the state store,
-// provider plugins, reconcilers, interruption intake, rendezvous and the API.
 package fleet
 
 import (

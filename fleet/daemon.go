@@ -1,3 +1,11 @@
+// Package fleet is the fleetd control daemon's setup and HTTP surface: it
+// opens the state store (bbolt, or etcd for a cluster), builds the parts
+// that own each concern — fleet/controller (the running fleets and their
+// reconcile passes), fleet/stats, fleet/agentapi, fleet/intake, the
+// rendezvous host (rendezvous.go) — wires them to each other through small
+// shims (wiring.go), starts the leader's duties per term (leader.go), and
+// serves the API: plan, apply and destroy (apply.go), status (status.go),
+// offerings, tokens, checks. It owns no fleet's state itself.
 package fleet
 
 import (
