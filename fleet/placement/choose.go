@@ -139,9 +139,25 @@ func Choose(in ChooseInput) Choice {
 	clean := candidates(in, m, strategy, true)
 
 	existing := map[string][]Candidate{}
-	for _, o := range in.Nodes {
-		k := GroupKey(o, colocate)
-		existing[k] = append(existing[k], m.EvaluateIn(marketView(in.Offerings, o), in.Records[o.Key()], strategy, in.Outlook))
+	// Nodes share a few offerings: each is evaluated once (a 10,000-node
+	// fleet would otherwise look every node up in the market).
+	type evaluated struct {
+		group string
+		c     Candidate
+	}
+	memo := map[providers.Offering]evaluated{}
+	var prev providers.Offering
+	var e evaluated
+	for i, o := range in.Nodes {
+		if i == 0 || o != prev { // nodes come in runs of one offering
+			var ok bool
+			if e, ok = memo[o]; !ok {
+				e = evaluated{GroupKey(o, colocate), m.EvaluateIn(marketView(in.Offerings, o), in.Records[o.Key()], strategy, in.Outlook)}
+				memo[o] = e
+			}
+			prev = o
+		}
+		existing[e.group] = append(existing[e.group], e.c)
 	}
 	current := ""
 	for k, ns := range existing {

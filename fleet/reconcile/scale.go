@@ -79,7 +79,7 @@ func (pl *planner) capacity(live []int, prev *CapacityView) capacityView {
 	f := pl.in.Fleet
 	now := pl.now()
 	target := pl.target()
-	var liveOffs []providers.Offering
+	liveOffs := make([]providers.Offering, 0, len(live))
 	odLive, running, pendingSpot := 0, 0, 0
 	for _, i := range live {
 		n := pl.nodes[i]
