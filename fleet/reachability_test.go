@@ -160,6 +160,7 @@ func TestApplyRefusedOnLoopbackDaemon(t *testing.T) {
 	// The same daemon advertising a routable URL lets the aws fleet
 	// through the check (apply would then run the preflight).
 	routable := &Daemon{cfg: Config{Listen: "0.0.0.0:7777", AdvertiseURL: "https://10.0.1.5:7777"}}
+	routable.check = &checker{url: routable.URL}
 	file, diags := spec.Parse("cloud.hcl", []byte(awsReachSpec), spec.Options{Schema: func(name string) (providers.ConfigSchema, bool) { return awsprov.Schema, name == "aws" }})
 	if diags.HasErrors() {
 		t.Fatal(diags)
