@@ -100,11 +100,11 @@ func (p *parser) functions() map[string]function.Function {
 }
 
 // resolve makes a path from the spec relative to its directory.
-func (p *parser) resolve(path string) string {
+func resolve(baseDir, path string) string {
 	if filepath.IsAbs(path) {
 		return filepath.Clean(path)
 	}
-	return filepath.Join(p.opts.BaseDir, path)
+	return filepath.Join(baseDir, path)
 }
 
 func (p *parser) fileFunc() function.Function {
@@ -113,7 +113,7 @@ func (p *parser) fileFunc() function.Function {
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			path := p.resolve(args[0].AsString())
+			path := resolve(p.opts.BaseDir, args[0].AsString())
 			b, err := p.readFile(path)
 			if err != nil {
 				return cty.NilVal, function.NewArgError(0, err)
@@ -169,7 +169,7 @@ func (p *parser) fileExistsFunc() function.Function {
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.Bool),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			path := p.resolve(args[0].AsString())
+			path := resolve(p.opts.BaseDir, args[0].AsString())
 			if p.opts.ReadFile != nil {
 				_, err := p.opts.ReadFile(path)
 				return cty.BoolVal(err == nil), nil
@@ -186,7 +186,7 @@ func (p *parser) absPathFunc() function.Function {
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			abs, err := filepath.Abs(p.resolve(args[0].AsString()))
+			abs, err := filepath.Abs(resolve(p.opts.BaseDir, args[0].AsString()))
 			if err != nil {
 				return cty.NilVal, function.NewArgError(0, err)
 			}
