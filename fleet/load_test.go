@@ -268,6 +268,53 @@ func TestLoadThousandAgentsHeartbeat(t *testing.T) {
 				fail(fmt.Errorf("join %s: %w", nd.ID, err))
 				return
 			}
+			// The real agent heartbeats from its join on (agent/elastic.go:
+			// heartbeatLoop), also while it waits for the round: a join
+			// phase longer than dead_after must not drop the first joiners.
+			// round is 0 until this node is assigned.
+			var round atomic.Int64
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				every := time.Duration(v.HeartbeatMS) * time.Millisecond
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				// Spread the agents over the interval, as independent machines are.
+				select {
+				case <-time.After(time.Duration(rand.Int64N(int64(every)))):
+				case <-agentCtx.Done():
+					return
+				}
+				for {
+					r := round.Load()
+					workers := ""
+					if r > 0 {
+						workers = "running"
+					}
+					t0 := time.Now()
+					resp, err := c.Heartbeat(agentCtx, "swarm", rendezvous.HeartbeatRequest{NodeID: nd.ID, Round: int(r), Workers: workers})
+					if agentCtx.Err() != nil {
+						return
+					}
+					if measuring.Load() {
+						switch {
+						case err != nil:
+							fail(fmt.Errorf("heartbeat %s: %w", nd.ID, err))
+						case resp.State != rendezvous.NodeAssigned || int64(resp.Round) != r:
+							hbWrong.Add(1)
+							firstErr.CompareAndSwap(nil, fmt.Sprintf("heartbeat %s: state %s round %d, want assigned in %d", nd.ID, resp.State, resp.Round, r))
+						default:
+							hbLat.add(time.Since(t0))
+						}
+						roundSeen.Store(r)
+					}
+					select {
+					case <-tick.C:
+					case <-agentCtx.Done():
+						return
+					}
+				}
+			}()
 			for v.State != rendezvous.NodeAssigned {
 				if v, err = c.Watch(agentCtx, "swarm", nd.ID, v); err != nil {
 					if agentCtx.Err() == nil {
@@ -276,50 +323,15 @@ func TestLoadThousandAgentsHeartbeat(t *testing.T) {
 					return
 				}
 			}
+			round.Store(int64(v.Round))
 			if assigned.Add(1) == n {
 				closeAllAssignedOnce.Do(func() { close(allAssigned) })
 			}
-			round := v.Round
 			// Hold a long-poll like a real agent; it must not return with a
 			// change while the swarm is steady.
-			go func() {
-				w, err := c.Watch(agentCtx, "swarm", nd.ID, v)
-				if agentCtx.Err() == nil && (err != nil || w.Round != round) {
-					fail(fmt.Errorf("watch %s returned round %d (%v) during steady heartbeats", nd.ID, w.Round, err))
-				}
-			}()
-			every := time.Duration(v.HeartbeatMS) * time.Millisecond
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			// Spread the agents over the interval, as independent machines are.
-			select {
-			case <-time.After(time.Duration(rand.Int64N(int64(every)))):
-			case <-agentCtx.Done():
-				return
-			}
-			for {
-				t0 := time.Now()
-				resp, err := c.Heartbeat(agentCtx, "swarm", rendezvous.HeartbeatRequest{NodeID: nd.ID, Round: round, Workers: "running"})
-				if agentCtx.Err() != nil {
-					return
-				}
-				if measuring.Load() {
-					switch {
-					case err != nil:
-						fail(fmt.Errorf("heartbeat %s: %w", nd.ID, err))
-					case resp.State != rendezvous.NodeAssigned || resp.Round != round:
-						hbWrong.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("heartbeat %s: state %s round %d, want assigned in %d", nd.ID, resp.State, resp.Round, round))
-					default:
-						hbLat.add(time.Since(t0))
-					}
-					roundSeen.Store(int64(round))
-				}
-				select {
-				case <-tick.C:
-				case <-agentCtx.Done():
-					return
-				}
+			w, err := c.Watch(agentCtx, "swarm", nd.ID, v)
+			if agentCtx.Err() == nil && (err != nil || w.Round != v.Round) {
+				fail(fmt.Errorf("watch %s returned round %d (%v) during steady heartbeats", nd.ID, w.Round, err))
 			}
 		}()
 	}
