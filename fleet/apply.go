@@ -148,8 +148,8 @@ func providerNames(f *spec.Fleet) []string {
 	return out
 }
 
-// plan computes what applying file would do, reading current state in tx.
-func (d *Daemon) plan(tx state.Tx, file *spec.File) (api.Plan, error) {
+// planFile computes what applying file would do, reading current state in tx.
+func (d *Daemon) planFile(tx state.Tx, file *spec.File) (api.Plan, error) {
 	var p api.Plan
 	for _, fl := range file.Fleets {
 		fp := api.FleetPlan{Fleet: fl.Name, MinNodes: fl.MinNodes, MaxNodes: fl.MaxNodes, TargetNodes: fl.TargetNodes()}
@@ -241,7 +241,7 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	var p api.Plan
 	err = d.store.View(ctx, func(tx state.Tx) error {
 		var err error
-		p, err = d.plan(tx, file)
+		p, err = d.planFile(tx, file)
 		return err
 	})
 	if err != nil {
@@ -310,7 +310,7 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 		var p api.Plan
 		if err := d.store.View(ctx, func(tx state.Tx) error {
 			var err error
-			p, err = d.plan(tx, file)
+			p, err = d.planFile(tx, file)
 			return err
 		}); err != nil {
 			return api.ApplyResponse{}, err
@@ -321,7 +321,7 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 	}
 	var resp api.ApplyResponse
 	err = d.store.Update(ctx, func(tx state.Tx) error {
-		p, err := d.plan(tx, file)
+		p, err := d.planFile(tx, file)
 		if err != nil {
 			return err
 		}
