@@ -23,6 +23,8 @@ var (
 	_ providers.Provider    = (*GRPCClient)(nil)
 	_ providers.Interrupter = (*GRPCClient)(nil)
 	_ providers.Checker     = (*GRPCClient)(nil)
+
+	_ providers.NetworkReleaser = (*GRPCClient)(nil)
 )
 
 // NewGRPCClient returns a provider that speaks to the plugin behind cc.
@@ -96,4 +98,12 @@ func (c *GRPCClient) Check(ctx context.Context, cfg providers.Config, opts provi
 		return nil, statusToError(ctx, "Check", err)
 	}
 	return checkResultsFromPB(resp.GetResults()), nil
+}
+
+// ReleaseNetwork deletes a destroyed fleet's placement groups or policies;
+// against a provider that creates none it returns an error matching
+// errors.ErrUnsupported.
+func (c *GRPCClient) ReleaseNetwork(ctx context.Context, cfg providers.Config, group string) error {
+	_, err := c.rpc.ReleaseNetwork(ctx, &providerv1.ReleaseNetworkRequest{Config: configToPB(cfg), Group: group})
+	return statusToError(ctx, "ReleaseNetwork", err)
 }

@@ -143,3 +143,15 @@ func (s *grpcServer) Check(ctx context.Context, req *providerv1.CheckRequest) (r
 	}
 	return &providerv1.CheckResponse{Results: checkResultsToPB(rs)}, nil
 }
+
+func (s *grpcServer) ReleaseNetwork(ctx context.Context, req *providerv1.ReleaseNetworkRequest) (resp *providerv1.ReleaseNetworkResponse, err error) {
+	defer s.recoverTo("ReleaseNetwork", &err)
+	nr, ok := s.p.(providers.NetworkReleaser)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T creates no network resources", s.p))
+	}
+	if err := nr.ReleaseNetwork(ctx, configFromPB(req.GetConfig()), req.GetGroup()); err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.ReleaseNetworkResponse{}, nil
+}

@@ -39,6 +39,7 @@ var nodeSchema = &hcl.BodySchema{
 		{Name: "min_memory_gib"},
 		{Name: "spot"},
 		{Name: "max_price_per_gpu_hour"},
+		{Name: "network"},
 	},
 }
 
@@ -168,6 +169,7 @@ func (p *parser) decodeFleet(b *hcl.Block) *Fleet {
 	p.decodeProviders(b, content.Blocks, fl)
 	trainingA := p.decodeTraining(b, content.Blocks, &fl.Training)
 	p.decodeRendezvous(content.Blocks, &fl.Rendezvous)
+	p.checkNetwork(nodeA, placementA, fl)
 
 	// Cross-block rules, checked only when the values involved are valid so
 	// one mistake is reported once.
@@ -238,6 +240,7 @@ func (p *parser) decodeNode(fleet *hcl.Block, blocks hcl.Blocks, n *Node) hcl.At
 		p.attrError(ma, "Invalid min_memory_gib", fmt.Sprintf("min_memory_gib must be 0 or more, got %g.", n.MinMemoryGiB))
 	}
 	p.boolAttr(a["spot"], &n.Spot)
+	p.decodeNetwork(a, n)
 	if pa := a["max_price_per_gpu_hour"]; p.floatAttr(pa, &n.MaxPricePerGPUHour) {
 		switch {
 		case n.MaxPricePerGPUHour <= 0:
