@@ -366,6 +366,7 @@ func (d *Daemon) reconcileFleet(ctx context.Context, f state.Fleet) error {
 		return err
 	}
 	if f.Destroying {
+		d.ctrl.ReleaseNetwork(ctx, f, in) // placement groups: docs/placement.md, Networking
 		return d.finishDestroy(ctx, f.Name, in)
 	}
 	return nil

@@ -50,6 +50,9 @@ func Exclusion(f *spec.Fleet, o providers.Offering) string {
 	if n.MaxPricePerGPUHour > 0 && o.PricePerGPUHour() > n.MaxPricePerGPUHour {
 		return fmt.Sprintf("$%.4f/GPU-h > max_price_per_gpu_hour %g", o.PricePerGPUHour(), n.MaxPricePerGPUHour)
 	}
+	if why := networkExclusion(n, o); why != "" {
+		return why
+	}
 	switch o.CapacityType {
 	case providers.Spot:
 		if !n.Spot {
