@@ -78,7 +78,8 @@ func (d *Daemon) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Prov
 	}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	rs, err := c.Check(cctx, providers.Config{Fleet: fl.Name, Raw: pb.Config}, providers.CheckOptions{Quick: quick, TargetNodes: fl.TargetNodes()})
+	rs, err := c.Check(cctx, providers.Config{Fleet: fl.Name, Raw: pb.Config}, providers.CheckOptions{Quick: quick, TargetNodes: fl.TargetNodes(),
+		Network: fl.Node.NetworkMode() != spec.NetworkStandard})
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		pc.Note = "provider has no preflight check"

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -208,4 +209,123 @@ func (p *Provider) ReleaseNetwork(ctx context.Context, cfg providers.Config, bas
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkNetwork is the preflight of the fast network in region
+// (CheckOptions.Network): which types have EFA, the subnets and the
+// security-group rule EFA needs, the placement-group permissions, and the
+// no-public-IPv4 consequence of several interfaces.
+func (p *Provider) checkNetwork(ctx context.Context, client ec2API, b block, region string) []providers.CheckResult {
+	var out []providers.CheckResult
+	infos, err := p.typeInfos(ctx, client, b, region)
+	if err != nil {
+		return []providers.CheckResult{{Check: "fast network", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(err.Error())}}
+	}
+	maxNICs, efaTypes := 0, 0
+	for _, it := range b.InstanceTypes {
+		ti, ok := infos[it]
+		if !ok {
+			continue
+		}
+		n := ti.network()
+		if !n.Fast() {
+			out = append(out, ok1("EFA "+it, region, "no EFA: standard network only (node.network = \"fast\" excludes it)"))
+			continue
+		}
+		efaTypes++
+		maxNICs = max(maxNICs, n.Interfaces)
+		out = append(out, ok1("EFA "+it, region, fmt.Sprintf("EFA ×%d (%d network cards, %g Gbps); cluster placement group per zone", n.Interfaces, max(ti.NetworkCards, 1), n.BandwidthGbps)))
+	}
+	if efaTypes == 0 {
+		out = append(out, failed("fast network", region, "none of instance_types supports EFA",
+			"add EFA types (p4d.24xlarge, p5.48xlarge, …) or set node.network = \"standard\""))
+		return out
+	}
+	if len(subnetsIn(b, region)) == 0 {
+		out = append(out, failed("EFA subnet", region, "no subnets set for "+region,
+			"EFA interfaces are created in the zone's subnet: set subnets = { ZONE = \"subnet-…\" }"))
+	}
+	out = append(out, checkSelfRules(ctx, client, b, region)...)
+	for _, action := range []string{"CreatePlacementGroup", "DeletePlacementGroup"} {
+		var err error
+		name := awssdk.String("fleetd-check")
+		if action == "CreatePlacementGroup" {
+			_, err = client.CreatePlacementGroup(ctx, &ec2.CreatePlacementGroupInput{DryRun: awssdk.Bool(true), GroupName: name, Strategy: types.PlacementStrategyCluster}, func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
+		} else {
+			_, err = client.DeletePlacementGroup(ctx, &ec2.DeletePlacementGroupInput{DryRun: awssdk.Bool(true), GroupName: name}, func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
+		}
+		check := "permission ec2:" + action
+		switch {
+		case errCode(err) == "DryRunOperation":
+			out = append(out, ok1(check, region, "allowed (DryRun)"))
+		case isDenied(err):
+			out = append(out, failed(check, region, "denied: "+firstLine(apiErrorText(err)), "allow ec2:"+action+" and ec2:DescribePlacementGroups ("+iamDoc+")"))
+		default:
+			out = append(out, providers.CheckResult{Check: check, Scope: region, Status: providers.CheckUnavailable, Detail: "not proven: " + firstLine(apiErrorText(err))})
+		}
+	}
+	if maxNICs > 1 {
+		out = append(out, providers.CheckResult{Check: "public IPv4 with EFA", Scope: region, Status: providers.CheckUnavailable,
+			Detail: fmt.Sprintf("launches with %d network interfaces get no public IPv4 address (EC2 assigns one only to single-interface launches): nodes reach the daemon and the checkpoint store over private addresses only", maxNICs),
+			Fix:    "run the daemon where the nodes' VPC reaches it privately (same VPC, peering, VPN) and advertise that address to agents; give the subnets a NAT gateway or VPC endpoints for S3 and the image's downloads; or use node.network = \"standard\""})
+	}
+	return out
+}
+
+// checkSelfRules: EFA traffic passes a security group only if the group
+// allows all traffic in from and out to itself (an outbound 0.0.0.0/0
+// rule does not count).
+func checkSelfRules(ctx context.Context, client ec2API, b block, region string) []providers.CheckResult {
+	groups := b.groupsFor(region)
+	if len(groups) == 0 {
+		return []providers.CheckResult{{Check: "EFA security group rule", Scope: region, Status: providers.CheckUnavailable,
+			Detail: "security_groups not set: the VPC's default group is used, which allows traffic in from itself; EFA also needs its outbound rule to itself",
+			Fix:    "set security_groups to a group with inbound and outbound rules allowing all traffic to and from the group itself"}}
+	}
+	resp, err := client.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: groups})
+	if err != nil {
+		return []providers.CheckResult{{Check: "EFA security group rule", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err)) + " (see the security group rows)"}}
+	}
+	var out []providers.CheckResult
+	for _, sg := range resp.SecurityGroups {
+		id := awssdk.ToString(sg.GroupId)
+		in, eg := allowsSelf(id, sg.IpPermissions), allowsSelf(id, sg.IpPermissionsEgress)
+		if in && eg {
+			out = append(out, ok1("EFA security group rule", region, id+" allows all traffic to and from itself"))
+			continue
+		}
+		var missing []string
+		if !in {
+			missing = append(missing, "inbound")
+		}
+		if !eg {
+			missing = append(missing, "outbound")
+		}
+		fix := ""
+		if !in {
+			fix += fmt.Sprintf("aws ec2 authorize-security-group-ingress --region %s --group-id %s --protocol all --source-group %s", region, id, id)
+		}
+		if !eg {
+			if fix != "" {
+				fix += "; "
+			}
+			fix += fmt.Sprintf("aws ec2 authorize-security-group-egress --region %s --group-id %s --ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{GroupId=%s}]'", region, id, id)
+		}
+		out = append(out, failed("EFA security group rule", region, fmt.Sprintf("%s has no %s rule allowing all traffic with itself: EFA traffic between the nodes is dropped", id, strings.Join(missing, " or ")), fix))
+	}
+	return out
+}
+
+func allowsSelf(id string, perms []types.IpPermission) bool {
+	for _, p := range perms {
+		if awssdk.ToString(p.IpProtocol) != "-1" {
+			continue
+		}
+		for _, g := range p.UserIdGroupPairs {
+			if awssdk.ToString(g.GroupId) == id {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -1404,7 +1404,9 @@ type CheckRequest struct {
 	// Only the cheap checks (what `fleetd apply` runs before launching).
 	Quick bool `protobuf:"varint,2,opt,name=quick,proto3" json:"quick,omitempty"`
 	// The fleet's size, for quota checks; 0 means 1.
-	TargetNodes   int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	TargetNodes int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	// The fleet uses the fast network: check what it needs.
+	Network       bool `protobuf:"varint,4,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1458,6 +1460,13 @@ func (x *CheckRequest) GetTargetNodes() int32 {
 		return x.TargetNodes
 	}
 	return 0
+}
+
+func (x *CheckRequest) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
 }
 
 type ReleaseNetworkRequest struct {
@@ -1865,11 +1874,12 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x128\n" +
 	"\x04info\x18\x03 \x01(\v2$.fleetd.provider.v1.InterruptionInfoR\x04info\"\x13\n" +
-	"\x11InterruptResponse\"{\n" +
+	"\x11InterruptResponse\"\x95\x01\n" +
 	"\fCheckRequest\x122\n" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
 	"\x05quick\x18\x02 \x01(\bR\x05quick\x12!\n" +
-	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\"a\n" +
+	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\x12\x18\n" +
+	"\anetwork\x18\x04 \x01(\bR\anetwork\"a\n" +
 	"\x15ReleaseNetworkRequest\x122\n" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\x18\n" +
