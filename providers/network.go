@@ -52,13 +52,22 @@ type NetworkRequest struct {
 	// Fabric: attach the offering's fabric interfaces (Offering.Network).
 	Fabric bool `json:"fabric,omitempty"`
 	// Group is the base name of the placement group (AWS: a cluster
-	// placement group per zone, named Group + "-" + zone) or resource
-	// policy (GCE: a compact placement policy per region, Group + "-" +
-	// region) the node joins, created when absent and reused by every
-	// later launch of the fleet incarnation; "" joins none. GroupTags tag
-	// the group so ReleaseNetwork and people can tell whose it is.
+	// placement group) or resource policy (GCE: a compact placement
+	// policy) the node joins, one per zone named GroupIn(zone), created
+	// when absent and reused by every later launch of the fleet
+	// incarnation; "" joins none. GroupTags tag the group so
+	// ReleaseNetwork and people can tell whose it is.
 	Group     string            `json:"group,omitempty"`
 	GroupTags map[string]string `json:"group_tags,omitempty"`
+}
+
+// GroupIn is the name of the request's group in zone: a cluster group or
+// compact policy packs its nodes in one zone, so each zone has its own.
+func (r NetworkRequest) GroupIn(zone string) string {
+	if r.Group == "" {
+		return ""
+	}
+	return r.Group + "-" + zone
 }
 
 // NetworkReleaser is implemented by providers that create per-fleet

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,9 @@ func TestLaunchNetwork(t *testing.T) {
 				}
 				if got := strings.Contains(l.Node.Reason, "launching without a group"); got != c.fallback {
 					t.Errorf("reason %q: fallback said %v, want %v", l.Node.Reason, got, c.fallback)
+				}
+				if !reflect.DeepEqual(l.Node.Network, l.Network) {
+					t.Errorf("node record's network %+v, launch's %+v: a relaunch must repeat the request", l.Node.Network, l.Network)
 				}
 				if c.wantGroup != "" && l.Network.GroupTags[providers.TagDaemonID] != "d1" {
 					t.Errorf("group tags %v", l.Network.GroupTags)

@@ -466,7 +466,7 @@ func (pl *planner) launch(offs []providers.Offering, n int, reason string) int {
 		}
 		node := state.Node{
 			ID: id, Fleet: pl.name, State: state.NodeRequested, Reason: why,
-			Offering: o, CreatedAt: pl.now(), UpdatedAt: pl.now(),
+			Offering: o, Network: net.Request, CreatedAt: pl.now(), UpdatedAt: pl.now(),
 		}
 		pl.nodes = append(pl.nodes, node)
 		pl.byID[id] = len(pl.nodes) - 1

@@ -64,7 +64,7 @@ func (p *Provider) Create(ctx context.Context, cfg providers.Config, req provide
 		return nil, err
 	}
 	if g := req.Network.Group; g != "" {
-		if err := p.ensureGroup(ctx, client, b, off.Region, groupName(g, off.Zone), g, req.Network.GroupTags); err != nil {
+		if err := p.ensureGroup(ctx, client, b, off.Region, req.Network.GroupIn(off.Zone), g, req.Network.GroupTags); err != nil {
 			return nil, err
 		}
 	}

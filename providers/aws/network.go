@@ -68,10 +68,6 @@ func (ti typeInfo) network() providers.NetworkInfo {
 	return providers.NetworkInfo{Fabric: providers.FabricEFA, Interfaces: n, BandwidthGbps: ti.BandwidthGbps}
 }
 
-// groupName is the placement group of base in zone: a cluster group
-// lives in one zone, so each zone has its own.
-func groupName(base, zone string) string { return base + "-" + zone }
-
 // applyNetwork turns a RunInstances input into a fast one: EFA
 // interfaces (the primary one "efa", carrying the instance's IP traffic;
 // one "efa-only" per further network card, device index 0, as the EC2
@@ -85,7 +81,7 @@ func applyNetwork(in *ec2.RunInstancesInput, b block, req providers.LaunchReques
 		if in.Placement == nil {
 			in.Placement = &types.Placement{}
 		}
-		in.Placement.GroupName = awssdk.String(groupName(nr.Group, off.Zone))
+		in.Placement.GroupName = awssdk.String(nr.GroupIn(off.Zone))
 	}
 	if !nr.Fabric {
 		return nil
