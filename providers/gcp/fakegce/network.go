@@ -232,13 +232,17 @@ func (s *Server) validateNetwork(z *zoneState, in *Instance) string {
 		default:
 			return fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].nicType': '%s'. %s requires gVNIC or MRDMA network interfaces.", i, ni.NicType, mt)
 		}
-		if ni.Subnetwork == "" {
-			return fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': ''. Every interface of a multi-NIC instance needs its own subnetwork.", i)
+		where := ni.Subnetwork
+		if where == "" {
+			where = ni.Network // nic0 may name only its network
 		}
-		if subnets[ni.Subnetwork] {
-			return fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. Two interfaces of an instance cannot share a subnetwork.", i, ni.Subnetwork)
+		if where == "" {
+			where = "global/networks/default"
 		}
-		subnets[ni.Subnetwork] = true
+		if subnets[where] {
+			return fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d]': '%s'. Two interfaces of an instance cannot share a network.", i, where)
+		}
+		subnets[where] = true
 	}
 	if gv != 1+want.gvnic || rdma != want.mrdma {
 		return fmt.Sprintf("Invalid value for field 'resource.networkInterfaces': %s takes %d gVNIC and %d MRDMA interfaces with GPUDirect, got %d and %d.", mt, 1+want.gvnic, want.mrdma, gv, rdma)
