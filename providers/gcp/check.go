@@ -53,7 +53,7 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 	if err != nil {
 		return nil, err
 	}
-	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1)}
+	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network}
 	k.run(ctx)
 	return k.rows, nil
 }
@@ -64,6 +64,8 @@ type checker struct {
 	c     *config
 	quick bool
 	nodes int
+	// network: the fleet uses the fast network (networkRows).
+	network bool
 
 	// principal is the IAM member the credentials act as
 	// ("serviceAccount:x@p.iam.gserviceaccount.com"), "" when unknown.
@@ -105,6 +107,9 @@ func (k *checker) run(ctx context.Context) {
 		return
 	}
 	k.quotaRows(ctx, facts)
+	if k.network {
+		k.networkRows()
+	}
 	k.permissionRows(ctx)
 	k.pricesRow(ctx)
 }
@@ -975,6 +980,13 @@ func (k *checker) permissions() []permission {
 		if k.c.Subnetwork == "" {
 			ps = append(ps, permission{"compute.networks.use", roleInstanceAdmin, "attach nodes to the network"})
 		}
+	}
+	if k.network {
+		ps = append(ps,
+			permission{"compute.resourcePolicies.create", roleInstanceAdmin, "create the compact placement policy"},
+			permission{"compute.resourcePolicies.get", roleInstanceAdmin, "reuse the compact placement policy"},
+			permission{"compute.resourcePolicies.delete", roleInstanceAdmin, "delete the policy when the fleet is destroyed"},
+			permission{"compute.resourcePolicies.use", roleInstanceAdmin, "launch nodes into the policy"})
 	}
 	if project, _, _, ok := k.c.imageRef(); ok && project == k.c.Project {
 		ps = append(ps, permission{"compute.images.useReadOnly", roleInstanceAdmin, "boot from the project's image"})

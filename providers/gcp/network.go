@@ -177,3 +177,29 @@ func (p *Provider) ReleaseNetwork(ctx context.Context, cfg providers.Config, bas
 	}
 	return errors.Join(errs...)
 }
+
+// networkRows are the fast network's preflight rows: per machine type
+// its GPU NIC layout against gpu_subnetworks, and the placement policy
+// fleetd creates.
+func (k *checker) networkRows() {
+	any := false
+	for _, mt := range k.c.MachineTypes {
+		l, ok := gpuNICs[mt]
+		switch {
+		case !ok:
+			k.add(providers.CheckResult{Check: "GPU NICs " + mt, Status: providers.CheckOK, Detail: "no GPUDirect layout: standard network only (node.network = \"fast\" excludes it)"})
+		case len(k.c.GPUSubnetworks) < l.subnets():
+			k.add(providers.CheckResult{Check: "GPU NICs " + mt, Status: providers.CheckFailed,
+				Detail: fmt.Sprintf("%s takes %d GPU NICs (%s) and gpu_subnetworks has %d: it launches on the standard network", mt, l.subnets(), l.fabric, len(k.c.GPUSubnetworks)),
+				Fix:    fmt.Sprintf("create %d VPC networks with one subnetwork each in the fleet's regions (MTU 8244) and list them in gpu_subnetworks", l.subnets())})
+		default:
+			any = true
+			k.add(providers.CheckResult{Check: "GPU NICs " + mt, Status: providers.CheckOK,
+				Detail: fmt.Sprintf("%s ×%d over %s (%g Gbps)", l.fabric, l.interfaces(), strings.Join(k.c.GPUSubnetworks[:l.subnets()], ", "), l.gbps)})
+		}
+	}
+	if any {
+		k.add(providers.CheckResult{Check: "compact placement", Status: providers.CheckOK,
+			Detail: "a COLLOCATED resource policy per fleet incarnation and zone, best-effort (no maxDistance): launches are not refused for distance"})
+	}
+}

@@ -175,3 +175,40 @@ func TestReleaseNetworkGCP(t *testing.T) {
 		t.Errorf("policies left %+v", f.Policies())
 	}
 }
+
+func TestCheckNetworkGCP(t *testing.T) {
+	_, cfg := newFake(t, fakegce.Options{}, map[string]any{"machine_types": []string{"a3-highgpu-8g", "a3-megagpu-8g"}, "accelerators": nil,
+		"gpu_subnetworks": gpuSubnets, "prices": map[string]any{"a3-megagpu-8g": map[string]float64{"spot": 30, "on_demand": 90}}})
+	p := newProvider()
+	rows := func(network bool) map[string]providers.CheckResult {
+		rs, err := p.Check(ctxT(t), cfg, providers.CheckOptions{Network: network})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]providers.CheckResult{}
+		for _, r := range rs {
+			out[r.Check] = r
+		}
+		return out
+	}
+	if _, ok := rows(false)["GPU NICs a3-highgpu-8g"]; ok {
+		t.Error("GPU NIC rows without CheckOptions.Network")
+	}
+	rs := rows(true)
+	if r := rs["GPU NICs a3-highgpu-8g"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "gpudirect-tcpx ×4") {
+		t.Errorf("a3-highgpu-8g row %+v", r)
+	}
+	if r := rs["GPU NICs a3-megagpu-8g"]; r.Status != providers.CheckFailed || !strings.Contains(r.Detail, "takes 8 GPU NICs") || !strings.Contains(r.Fix, "gpu_subnetworks") {
+		t.Errorf("a3-megagpu-8g row %+v", r)
+	}
+	if r := rs["compact placement"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "best-effort") {
+		t.Errorf("compact placement row %+v", r)
+	}
+	// The policy permissions are tested too: four more than without.
+	var without, with int
+	fmt.Sscanf(rows(false)["permissions"].Detail, "all %d permissions", &without)
+	fmt.Sscanf(rs["permissions"].Detail, "all %d permissions", &with)
+	if without == 0 || with != without+4 {
+		t.Errorf("permissions tested: %d with the fast network, %d without; want 4 more (compute.resourcePolicies.*)", with, without)
+	}
+}
