@@ -2,6 +2,7 @@ package aws_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -27,20 +29,89 @@ var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 // recorder is an EC2 endpoint in front of a fake that keeps every request
 // as sent on the wire (the Query form), for golden files.
 type recorder struct {
-	fake *fakeec2.Server
-	mu   sync.Mutex
-	reqs []url.Values
+	fake  *fakeec2.Server
+	mu    sync.Mutex
+	reqs  []url.Values
+	resps map[int]string // index in reqs → response body of a 200
+	url   string
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
-	if v, err := url.ParseQuery(string(body)); err == nil {
+	v, err := url.ParseQuery(string(body))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	rec := httptest.NewRecorder()
+	r.fake.ServeHTTP(rec, req)
+	if err == nil {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, v)
+		if rec.Code == http.StatusOK {
+			if r.resps == nil {
+				r.resps = map[int]string{}
+			}
+			r.resps[len(r.reqs)-1] = rec.Body.String()
+		}
 		r.mu.Unlock()
 	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	r.fake.ServeHTTP(w, req)
+	for k, vs := range rec.Header() {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// shapeProblems checks every recorded request of the given actions, and
+// its response, against botocore's ec2 service model
+// (testdata/ec2_shapes.py, run by the machine image's python3, where the
+// aws CLI and moto install botocore).
+func (r *recorder) shapeProblems(t *testing.T, actions ...string) string {
+	t.Helper()
+	type req struct {
+		Action string            `json:"action"`
+		Params map[string]string `json:"params"`
+	}
+	type resp struct {
+		Action string `json:"action"`
+		XML    string `json:"xml"`
+	}
+	var in struct {
+		Requests  []req  `json:"requests"`
+		Responses []resp `json:"responses"`
+	}
+	r.mu.Lock()
+	for i, v := range r.reqs {
+		a := v.Get("Action")
+		if !slices.Contains(actions, a) {
+			continue
+		}
+		p := map[string]string{}
+		for k := range v {
+			p[k] = v.Get(k)
+		}
+		in.Requests = append(in.Requests, req{a, p})
+		if body, ok := r.resps[i]; ok {
+			in.Responses = append(in.Responses, resp{a, body})
+		}
+	}
+	r.mu.Unlock()
+	if len(in.Requests) == 0 {
+		t.Fatalf("no %v requests recorded", actions)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", filepath.Join("testdata", "ec2_shapes.py"))
+	cmd.Stdin = bytes.NewReader(b)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("python3 (with botocore, from the aws CLI/moto install): %v", err)
+	}
+	if err != nil && ee.ExitCode() != 1 {
+		t.Fatalf("ec2_shapes.py: %v\n%s", err, out)
+	}
+	return string(out)
 }
 
 func (r *recorder) requests(actions ...string) []url.Values {
@@ -61,6 +132,7 @@ func newRecordedFake(t *testing.T) (*fakeec2.Server, *recorder, string) {
 	rec := &recorder{fake: fake}
 	ts := httptest.NewServer(rec)
 	t.Cleanup(ts.Close)
+	rec.url = ts.URL
 	return fake, rec, ts.URL
 }
 
@@ -197,7 +269,6 @@ func TestFastLaunchP5Golden(t *testing.T) {
 		fmt.Fprintf(&b, "RunInstances for %s differs in: %s\n", v.Get("ClientToken"), strings.Join(diff, ", "))
 	}
 	golden(t, "p5_spot_8_nodes.golden", b.String())
-
 	if n := len(rec.requests("CreatePlacementGroup")); n != 1 {
 		t.Errorf("%d CreatePlacementGroup calls, want 1 (the group is reused)", n)
 	}
@@ -217,6 +288,20 @@ func TestFastLaunchP5Golden(t *testing.T) {
 	if len(groups) != 1 || groups[0].Strategy != "cluster" || groups[0].Zone != "us-east-1a" || groups[0].Tags[aws.TagNetworkGroup] != "fleetd-bert-k3x9" || groups[0].Tags[providers.TagIncarnation] != "k3x9" {
 		t.Errorf("placement groups %+v", groups)
 	}
+
+	// Every request and response of the fast path, as botocore's ec2
+	// model describes them (a release of another incarnation's groups
+	// adds a filtered DescribePlacementGroups).
+	if _, err := p.Offerings(ctxT(t), config(t, "bert2", with(baseBlock(rec.url), "instance_types", []string{"p4d.24xlarge"}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReleaseNetwork(ctxT(t), cfg, "fleetd-bert-other"); err != nil {
+		t.Fatal(err)
+	}
+	if probs := rec.shapeProblems(t, "DescribePlacementGroups", "CreatePlacementGroup", "RunInstances", "DescribeInstanceTypes", "DeletePlacementGroup"); probs != "" {
+		t.Errorf("requests or responses that botocore's ec2 model does not describe:\n%s", probs)
+	}
+
 }
 
 // TestPlacementGroupCapacity: a full cluster group answers
@@ -286,7 +371,7 @@ func TestFastLaunchRules(t *testing.T) {
 }
 
 func TestReleaseNetwork(t *testing.T) {
-	fake, url := newFake(t)
+	fake, rec, url := newRecordedFake(t)
 	p := aws.New(testOptions())
 	cfg := config(t, "bert", with(baseBlock(url), "instance_types", []string{"p4d.24xlarge"}))
 	offs, err := p.Offerings(ctxT(t), cfg)
@@ -332,5 +417,8 @@ func TestReleaseNetwork(t *testing.T) {
 	}
 	if g := fake.PlacementGroups(); len(g) != 1 || g[0].Name != "fleetd-bert-zzzz-us-east-1a" {
 		t.Errorf("groups left %+v, want only the other incarnation's", g)
+	}
+	if probs := rec.shapeProblems(t, "DescribePlacementGroups", "DeletePlacementGroup"); probs != "" {
+		t.Errorf("requests or responses that botocore's ec2 model does not describe:\n%s", probs)
 	}
 }
