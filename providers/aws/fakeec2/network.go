@@ -72,9 +72,9 @@ func (s *Server) PlacementGroups() []PlacementGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []PlacementGroup
-	for _, rn := range sortedRegionNames(s.regions) {
+	for _, rn := range sortedNames(s.regions) {
 		r := s.regions[rn]
-		for _, n := range sortedGroupNames(r.pgroups) {
+		for _, n := range sortedNames(r.pgroups) {
 			g := r.pgroups[n]
 			out = append(out, PlacementGroup{Region: rn, Name: g.name, Strategy: g.strategy, State: g.state, Zone: g.zone, Tags: cloneTags(g.tags)})
 		}
@@ -82,16 +82,8 @@ func (s *Server) PlacementGroups() []PlacementGroup {
 	return out
 }
 
-func sortedRegionNames(m map[string]*region) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func sortedGroupNames(m map[string]*placementGroup) []string {
+// sortedNames returns m's keys in order.
+func sortedNames[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -175,7 +167,7 @@ func (s *Server) describePlacementGroups(r *region, p params, requestID string) 
 		}
 	}
 	resp := xmlDescribePlacementGroupsResponse{Xmlns: Namespace, RequestID: requestID}
-	for _, n := range sortedGroupNames(r.pgroups) {
+	for _, n := range sortedNames(r.pgroups) {
 		g := r.pgroups[n]
 		if len(names) > 0 && !slices.Contains(names, n) {
 			continue

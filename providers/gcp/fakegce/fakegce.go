@@ -125,7 +125,7 @@ type Server struct {
 	check      checkState // preflight world, see check.go
 	// policies (region/name) and their region operations (network.go).
 	policies  map[string]*ResourcePolicy
-	regionOps map[string]*regionOp
+	regionOps map[string]*Operation
 }
 
 // Stats counts what the fake was asked to do.

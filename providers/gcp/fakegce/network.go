@@ -37,9 +37,6 @@ type GroupPlacementPolicy struct {
 	MaxDistance             int    `json:"maxDistance,omitempty"`
 }
 
-// regionOp is a region operation; resource policy operations finish at once.
-type regionOp struct{ op Operation }
-
 func (s *Server) registerNetwork(mux *http.ServeMux, p string) {
 	mux.HandleFunc("POST "+p+"regions/{region}/resourcePolicies", s.insertPolicy)
 	mux.HandleFunc("GET "+p+"regions/{region}/resourcePolicies/{name}", s.getPolicy)
@@ -127,40 +124,35 @@ func (s *Server) newRegionOp(region, typ, target string, targetID uint64) Operat
 		TargetLink: target, TargetID: Uint64(targetID), Status: "DONE", Progress: 100, InsertTime: now, StartTime: now, EndTime: now,
 		SelfLink: s.regionLink(region) + "/operations/" + name}
 	if s.regionOps == nil {
-		s.regionOps = map[string]*regionOp{}
+		s.regionOps = map[string]*Operation{}
 	}
-	s.regionOps[region+"/"+name] = &regionOp{op: op}
+	s.regionOps[region+"/"+name] = &op // resource policy operations finish at once
 	return op
 }
 
-func (s *Server) getRegionOp(w http.ResponseWriter, r *http.Request) {
+// getRegional answers a GET of a regional resource kept in m under
+// region/NAME, NAME being the path value key.
+func getRegional[V any](s *Server, w http.ResponseWriter, r *http.Request, m func() map[string]V, kind, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	region, ok := s.regionOK(w, r)
 	if !ok {
 		return
 	}
-	o, ok := s.regionOps[region+"/"+r.PathValue("op")]
+	v, ok := m()[region+"/"+r.PathValue(key)]
 	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/operations/%s' was not found", s.project, region, r.PathValue("op")))
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/%s/%s' was not found", s.project, region, kind, r.PathValue(key)))
 		return
 	}
-	writeJSON(w, http.StatusOK, o.op)
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) getRegionOp(w http.ResponseWriter, r *http.Request) {
+	getRegional(s, w, r, func() map[string]*Operation { return s.regionOps }, "operations", "op")
 }
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	region, ok := s.regionOK(w, r)
-	if !ok {
-		return
-	}
-	rp, ok := s.policies[region+"/"+r.PathValue("name")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/resourcePolicies/%s' was not found", s.project, region, r.PathValue("name")))
-		return
-	}
-	writeJSON(w, http.StatusOK, rp)
+	getRegional(s, w, r, func() map[string]*ResourcePolicy { return s.policies }, "resourcePolicies", "name")
 }
 
 func (s *Server) deletePolicy(w http.ResponseWriter, r *http.Request) {

@@ -46,8 +46,8 @@ func TestCompactPlacementAndGPUNICs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rops.Get(ctx, &computepb.GetRegionOperationRequest{Project: p, Region: region, Operation: op.Name()}); err != nil {
-		t.Fatal(err)
+	if got, err := rops.Get(ctx, &computepb.GetRegionOperationRequest{Project: p, Region: region, Operation: op.Name()}); err != nil || got.GetStatus() != computepb.Operation_DONE || got.GetOperationType() != "insert" {
+		t.Fatalf("region operation %v, %v", got, err)
 	}
 	if _, err := rops.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: p, Region: region, Operation: op.Name()}); err != nil {
 		t.Fatal(err)
