@@ -90,3 +90,16 @@ func TestGroupName(t *testing.T) {
 		t.Errorf("GroupName = %q", got)
 	}
 }
+
+func TestChooseSaysWhyNothingFits(t *testing.T) {
+	f := netFleet(spec.NetworkFast)
+	ch := Choose(ChooseInput{Fleet: f, Offerings: []providers.Offering{plainOff, plainOff}, Need: 2, Target: 2,
+		Capacity: Decision{Spot: true}, Now: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)})
+	want := `no offering fits the fleet: 2 × no fast network (EFA, GPUDirect) on p3.16xlarge, node.network is "fast"`
+	if ch.Group != "" || ch.Reason != want {
+		t.Errorf("choice %q: %q, want %q", ch.Group, ch.Reason, want)
+	}
+	if got := Explain(Candidate{Offering: efaOff}); !strings.HasSuffix(got, "; network efa ×32, 3200 Gbps") {
+		t.Errorf("Explain does not name the network: %q", got)
+	}
+}
