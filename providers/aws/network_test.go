@@ -365,6 +365,10 @@ func TestFastLaunchRules(t *testing.T) {
 	}
 	req = fastRequest("n2")
 	req.Offering = find(t, offs2, "us-east-1c", "p4d.24xlarge", providers.Spot)
+	if req.Offering.Network.Fast() {
+		t.Errorf("p4d in a zone without a subnet offers %+v; EFA interfaces need the zone's subnet", req.Offering.Network)
+	}
+	req.Offering.Network = find(t, offs, "us-east-1a", "p4d.24xlarge", providers.Spot).Network // a stale offering
 	if _, err := p.Create(ctxT(t), noSubnets, req); !providers.IsInvalidConfig(err) || !strings.Contains(err.Error(), "subnets") {
 		t.Errorf("EFA launch without a subnet: %v", err)
 	}

@@ -109,7 +109,12 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 			base := providers.Offering{
 				Provider: Name, Region: region, Zone: z, InstanceType: it,
 				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
-				Arch: info.Arch, Available: -1, Network: info.network(),
+				Arch: info.Arch, Available: -1,
+			}
+			if b.Subnets[z] != "" {
+				// EFA interfaces are created in the zone's subnet: without
+				// one the type launches on the standard network only.
+				base.Network = info.network()
 			}
 			if price, ok := spot[it][z]; ok {
 				s := base
