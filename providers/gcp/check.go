@@ -82,6 +82,7 @@ type checkClients struct {
 	images   *compute.ImagesClient
 	mts      *compute.MachineTypesClient
 	accels   *compute.AcceleratorTypesClient
+	subnets  *compute.SubnetworksClient
 }
 
 func (k *checker) add(r providers.CheckResult) { k.rows = append(k.rows, r) }
@@ -108,7 +109,7 @@ func (k *checker) run(ctx context.Context) {
 	}
 	k.quotaRows(ctx, facts)
 	if k.network {
-		k.networkRows()
+		k.networkRows(ctx)
 	}
 	k.permissionRows(ctx)
 	k.pricesRow(ctx)
@@ -337,11 +338,14 @@ func (k *checker) newClients(ctx context.Context) error {
 	if k.cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
 		return fmt.Errorf("accelerator types: %w", err)
 	}
+	if k.cl.subnets, err = compute.NewSubnetworksRESTClient(ctx, opts...); err != nil {
+		return fmt.Errorf("subnetworks: %w", err)
+	}
 	return nil
 }
 
 func (k *checker) closeClients() {
-	for _, c := range []interface{ Close() error }{k.cl.projects, k.cl.zones, k.cl.regions, k.cl.images, k.cl.mts, k.cl.accels} {
+	for _, c := range []interface{ Close() error }{k.cl.projects, k.cl.zones, k.cl.regions, k.cl.images, k.cl.mts, k.cl.accels, k.cl.subnets} {
 		if c != nil {
 			_ = c.Close()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -181,7 +182,7 @@ func (p *Provider) ReleaseNetwork(ctx context.Context, cfg providers.Config, bas
 // networkRows are the fast network's preflight rows: per machine type
 // its GPU NIC layout against gpu_subnetworks, and the placement policy
 // fleetd creates.
-func (k *checker) networkRows() {
+func (k *checker) networkRows(ctx context.Context) {
 	any := false
 	for _, mt := range k.c.MachineTypes {
 		l, ok := gpuNICs[mt]
@@ -199,7 +200,55 @@ func (k *checker) networkRows() {
 		}
 	}
 	if any {
+		k.gpuSubnetRows(ctx)
 		k.add(providers.CheckResult{Check: "compact placement", Status: providers.CheckOK,
 			Detail: "a COLLOCATED resource policy per fleet incarnation and zone, best-effort (no maxDistance): launches are not refused for distance"})
 	}
+}
+
+// gpuSubnetRows checks that every gpu_subnetworks entry exists in every
+// region of the block and that no two share a VPC network (GPUDirect
+// NICs must each be in their own).
+func (k *checker) gpuSubnetRows(ctx context.Context) {
+	regions := map[string]bool{}
+	for _, z := range k.c.Zones {
+		regions[regionOf(z)] = true
+	}
+	for _, region := range sortedRegions(regions) {
+		nets := map[string]string{}
+		for i := range k.c.GPUSubnetworks {
+			ref := k.c.gpuSubnetwork(i, region)
+			parts := strings.Split(ref, "/")
+			name, project := parts[len(parts)-1], k.c.Project
+			if m := projectPathRE.FindStringSubmatch(ref); m != nil {
+				project = m[1]
+			}
+			sn, err := k.cl.subnets.Get(ctx, &computepb.GetSubnetworkRequest{Project: project, Region: region, Subnetwork: name})
+			a, _ := classifyAPI(err)
+			switch {
+			case err != nil && a.class == classNotFound:
+				k.add(providers.CheckResult{Check: "GPU subnetwork " + name, Scope: region, Status: providers.CheckFailed,
+					Detail: ref + " does not exist", Fix: "create it in its own VPC network (one per GPU NIC) in " + region + ", or fix gpu_subnetworks"})
+			case err != nil:
+				k.add(providers.CheckResult{Check: "GPU subnetwork " + name, Scope: region, Status: providers.CheckUnavailable, Detail: strings.SplitN(err.Error(), "\n", 2)[0]})
+			case nets[sn.GetNetwork()] != "":
+				k.add(providers.CheckResult{Check: "GPU subnetwork " + name, Scope: region, Status: providers.CheckFailed,
+					Detail: fmt.Sprintf("in the same VPC network as %s (%s): an instance's NICs must each be in their own", nets[sn.GetNetwork()], lastSegment(sn.GetNetwork())),
+					Fix:    "give each GPU NIC's subnetwork its own VPC network"})
+			default:
+				nets[sn.GetNetwork()] = name
+				k.add(providers.CheckResult{Check: "GPU subnetwork " + name, Scope: region, Status: providers.CheckOK,
+					Detail: fmt.Sprintf("%s in network %s", sn.GetIpCidrRange(), lastSegment(sn.GetNetwork()))})
+			}
+		}
+	}
+}
+
+func sortedRegions(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
 }

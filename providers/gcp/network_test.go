@@ -177,7 +177,7 @@ func TestReleaseNetworkGCP(t *testing.T) {
 }
 
 func TestCheckNetworkGCP(t *testing.T) {
-	_, cfg := newFake(t, fakegce.Options{}, map[string]any{"machine_types": []string{"a3-highgpu-8g", "a3-megagpu-8g"}, "accelerators": nil,
+	f, cfg := newFake(t, fakegce.Options{}, map[string]any{"machine_types": []string{"a3-highgpu-8g", "a3-megagpu-8g"}, "accelerators": nil,
 		"gpu_subnetworks": gpuSubnets, "prices": map[string]any{"a3-megagpu-8g": map[string]float64{"spot": 30, "on_demand": 90}}})
 	p := newProvider()
 	rows := func(network bool) map[string]providers.CheckResult {
@@ -200,6 +200,15 @@ func TestCheckNetworkGCP(t *testing.T) {
 	}
 	if r := rs["GPU NICs a3-megagpu-8g"]; r.Status != providers.CheckFailed || !strings.Contains(r.Detail, "takes 8 GPU NICs") || !strings.Contains(r.Fix, "gpu_subnetworks") {
 		t.Errorf("a3-megagpu-8g row %+v", r)
+	}
+	if r := rs["GPU subnetwork gpu-3"]; r.Status != providers.CheckFailed || !strings.Contains(r.Detail, "regions/us-central1/subnetworks/gpu-3 does not exist") {
+		t.Errorf("missing GPU subnetwork row %+v", r)
+	}
+	for _, sn := range gpuSubnets {
+		f.AddSubnetwork("us-central1", sn)
+	}
+	if r := rows(true)["GPU subnetwork gpu-3"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "gpu-3-net") {
+		t.Errorf("GPU subnetwork row once it exists %+v", r)
 	}
 	if r := rs["compact placement"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "best-effort") {
 		t.Errorf("compact placement row %+v", r)

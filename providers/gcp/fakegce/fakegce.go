@@ -126,6 +126,7 @@ type Server struct {
 	// policies (region/name) and their region operations (network.go).
 	policies  map[string]*ResourcePolicy
 	regionOps map[string]*Operation
+	subnets   map[string]*Subnetwork // region/name (AddSubnetwork)
 }
 
 // Stats counts what the fake was asked to do.

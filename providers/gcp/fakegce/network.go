@@ -42,6 +42,7 @@ func (s *Server) registerNetwork(mux *http.ServeMux, p string) {
 	mux.HandleFunc("GET "+p+"regions/{region}/resourcePolicies/{name}", s.getPolicy)
 	mux.HandleFunc("DELETE "+p+"regions/{region}/resourcePolicies/{name}", s.deletePolicy)
 	mux.HandleFunc("GET "+p+"regions/{region}/operations/{op}", s.getRegionOp)
+	mux.HandleFunc("GET "+p+"regions/{region}/subnetworks/{name}", s.getSubnetwork)
 	mux.HandleFunc("POST "+p+"regions/{region}/operations/{op}/wait", s.getRegionOp)
 }
 
@@ -54,6 +55,36 @@ func (s *Server) Policies() map[string]ResourcePolicy {
 		out[k] = *v
 	}
 	return out
+}
+
+// Subnetwork is a compute#subnetwork.
+type Subnetwork struct {
+	Kind              string `json:"kind"`
+	ID                Uint64 `json:"id"`
+	CreationTimestamp string `json:"creationTimestamp"`
+	Name              string `json:"name"`
+	Network           string `json:"network"`
+	IPCidrRange       string `json:"ipCidrRange"`
+	Region            string `json:"region"`
+	SelfLink          string `json:"selfLink"`
+}
+
+// AddSubnetwork creates subnetwork name in region, in its own VPC network
+// (as GPUDirect NICs need).
+func (s *Server) AddSubnetwork(region, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subnets == nil {
+		s.subnets = map[string]*Subnetwork{}
+	}
+	n := len(s.subnets)
+	s.subnets[region+"/"+name] = &Subnetwork{Kind: "compute#subnetwork", ID: Uint64(s.newID()), CreationTimestamp: stamp(time.Now()), Name: name,
+		Network: APIBase + "projects/" + s.project + "/global/networks/" + name + "-net", IPCidrRange: fmt.Sprintf("10.%d.0.0/16", 200+n),
+		Region: s.regionLink(region), SelfLink: s.regionLink(region) + "/subnetworks/" + name}
+}
+
+func (s *Server) getSubnetwork(w http.ResponseWriter, r *http.Request) {
+	getRegional(s, w, r, func() map[string]*Subnetwork { return s.subnets }, "subnetworks", "name")
 }
 
 func (s *Server) regionOK(w http.ResponseWriter, r *http.Request) (string, bool) {

@@ -40,6 +40,18 @@ func TestCompactPlacementAndGPUNICs(t *testing.T) {
 	defer ins.Close()
 
 	const region, name = "us-central1", "fleetd-bert-k3x9-us-central1-a"
+	subs, err := compute.NewSubnetworksRESTClient(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subs.Close()
+	f.AddSubnetwork(region, "gpu-1")
+	if sn, err := subs.Get(ctx, &computepb.GetSubnetworkRequest{Project: p, Region: region, Subnetwork: "gpu-1"}); err != nil || !strings.HasSuffix(sn.GetNetwork(), "/global/networks/gpu-1-net") {
+		t.Fatalf("subnetwork %v, %v", sn, err)
+	}
+	if _, err := subs.Get(ctx, &computepb.GetSubnetworkRequest{Project: p, Region: region, Subnetwork: "gpu-9"}); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown subnetwork: %v", err)
+	}
 	op, err := rps.Insert(ctx, &computepb.InsertResourcePolicyRequest{Project: p, Region: region, ResourcePolicyResource: &computepb.ResourcePolicy{
 		Name: proto.String(name), Description: proto.String("fleetd compact placement"),
 		GroupPlacementPolicy: &computepb.ResourcePolicyGroupPlacementPolicy{Collocation: proto.String("COLLOCATED")}}})
