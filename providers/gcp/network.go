@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -214,7 +213,7 @@ func (k *checker) gpuSubnetRows(ctx context.Context) {
 	for _, z := range k.c.Zones {
 		regions[regionOf(z)] = true
 	}
-	for _, region := range sortedRegions(regions) {
+	for _, region := range sortedKeys(regions) {
 		nets := map[string]string{}
 		for i := range k.c.GPUSubnetworks {
 			ref := k.c.gpuSubnetwork(i, region)
@@ -242,13 +241,4 @@ func (k *checker) gpuSubnetRows(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func sortedRegions(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for r := range m {
-		out = append(out, r)
-	}
-	sort.Strings(out)
-	return out
 }
