@@ -347,7 +347,7 @@ func (a *agent) runElastic(ctx context.Context, dc *daemonClient, hc *http.Clien
 	wg.Go(func() { shipper.run(ctx) })
 	sup := &supervisor{
 		log: a.log, logDir: a.paths.LogDir, drainFile: a.paths.DrainFile, requestFile: a.paths.CheckpointRequest,
-		fleet: a.opts.Config.Fleet, node: a.opts.Config.NodeID, ifname: id.Ifname,
+		fleet: a.opts.Config.Fleet, node: a.opts.Config.NodeID, ifname: id.Ifname, root: a.opts.Root,
 		ship:  shipper.add,
 		exits: make(chan workerExit, 16), quit: make(chan struct{}),
 	}

@@ -735,7 +735,12 @@ func (e *elastic) startWorkers(a rendezvous.Assignment) {
 		}
 	}
 	e.ws = e.sup.start(a, tc, e.restarts, resume)
-	e.setStatus(a.Round, wsRunning)
+	if net := detectNetwork(e.sup.root, tc.Network); net.Fabric != "" {
+		e.a.log.Info("network", "path", net.String())
+		e.setStatus(a.Round, wsRunning+" "+net.short()) // status shows the transport the job got
+	} else {
+		e.setStatus(a.Round, wsRunning)
+	}
 	if a.GroupRank == 0 && !tc.InProcess() {
 		go e.reportListening(e.ws)
 	}

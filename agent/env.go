@@ -51,6 +51,9 @@ type workerEnvParams struct {
 	// CheckpointDir, if set, becomes FLEETD_CHECKPOINT_DIR, and
 	// FLEETD_CHECKPOINT_URI when checkpoint_uri is empty.
 	CheckpointDir string
+	// Network is the node's fast network: its NCCL/libfabric defaults
+	// apply where nobody set them, and FLEETD_NETWORK names it.
+	Network netPath
 }
 
 // workerEnv returns the environment of the worker with localRank, as
@@ -144,6 +147,15 @@ func workerEnv(p workerEnvParams, localRank int) []string {
 	}
 	if _, ok := env["GLOO_SOCKET_IFNAME"]; !ok && p.Ifname != "" {
 		env["GLOO_SOCKET_IFNAME"] = p.Ifname
+	}
+	for k, v := range networkDefaults(p.Network) {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	delete(env, EnvNetwork)
+	if s := p.Network.String(); s != "" {
+		env[EnvNetwork] = s
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {

@@ -147,6 +147,8 @@ type supervisor struct {
 	elasticFile, helperDir string
 	// ckptDir is training.checkpoint's dir (FLEETD_CHECKPOINT_DIR), if any.
 	ckptDir string
+	// root prefixes the machine paths the network detection reads ("" on a VM).
+	root string
 }
 
 // envParams is what the workers' environment depends on for an assignment.
@@ -156,6 +158,7 @@ func (s *supervisor) envParams(a rendezvous.Assignment, tc TrainingConfig, resta
 		Fleet: s.fleet, Node: s.node, DrainFile: s.drainFile, Ifname: s.ifname,
 		CheckpointRequest: s.requestFile, CheckpointDir: s.ckptDir,
 		ElasticFile: s.elasticFileFor(tc), HelperDir: s.helperDir,
+		Network: detectNetwork(s.root, tc.Network),
 	}
 	if dir != "" {
 		p.ErrorFile = func(lr int) string {

@@ -40,6 +40,22 @@ type TrainingConfig struct {
 	Elastic string `json:"elastic,omitempty"`
 	// Checkpoint is training.checkpoint; nil without one.
 	Checkpoint *CheckpointConfig `json:"checkpoint,omitempty"`
+	// Network is the fast network the node was launched on (node.network);
+	// nil for the standard network.
+	Network *NetworkConfig `json:"network,omitempty"`
+}
+
+// NetworkConfig tells the agent which fast path its node has, so it sets
+// the NCCL/libfabric environment for it (docs/agent.md, "Networking").
+type NetworkConfig struct {
+	// Fabric is providers.NetworkInfo.Fabric: "efa", "gpudirect-tcpx",
+	// "gpudirect-tcpxo", "rdma".
+	Fabric string `json:"fabric"`
+	// Interfaces is how many fabric interfaces the node was launched with.
+	Interfaces int `json:"interfaces"`
+	// Group is the placement group (AWS) or resource policy (GCE) the
+	// node was asked into; "" for none.
+	Group string `json:"group,omitempty"`
 }
 
 // InProcess reports whether membership changes are handed to the running

@@ -89,7 +89,8 @@ func (d *checker) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Pro
 	}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	rs, err := c.Check(cctx, providers.Config{Fleet: fl.Name, Raw: pb.Config}, providers.CheckOptions{Quick: quick, TargetNodes: fl.TargetNodes()})
+	rs, err := c.Check(cctx, providers.Config{Fleet: fl.Name, Raw: pb.Config}, providers.CheckOptions{Quick: quick, TargetNodes: fl.TargetNodes(),
+		Network: fl.Node.NetworkMode() != spec.NetworkStandard})
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		pc.Note = "provider has no preflight check"

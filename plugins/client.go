@@ -23,6 +23,8 @@ var (
 	_ providers.Provider    = (*GRPCClient)(nil)
 	_ providers.Interrupter = (*GRPCClient)(nil)
 	_ providers.Checker     = (*GRPCClient)(nil)
+
+	_ providers.NetworkReleaser = (*GRPCClient)(nil)
 )
 
 // NewGRPCClient returns a provider that speaks to the plugin behind cc.
@@ -91,9 +93,17 @@ func (c *GRPCClient) Check(ctx context.Context, cfg providers.Config, opts provi
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.rpc.Check(ctx, &providerv1.CheckRequest{Config: configToPB(cfg), Quick: opts.Quick, TargetNodes: n})
+	resp, err := c.rpc.Check(ctx, &providerv1.CheckRequest{Config: configToPB(cfg), Quick: opts.Quick, TargetNodes: n, Network: opts.Network})
 	if err != nil {
 		return nil, statusToError(ctx, "Check", err)
 	}
 	return checkResultsFromPB(resp.GetResults()), nil
+}
+
+// ReleaseNetwork deletes a destroyed fleet's placement groups or policies;
+// against a provider that creates none it returns an error matching
+// errors.ErrUnsupported.
+func (c *GRPCClient) ReleaseNetwork(ctx context.Context, cfg providers.Config, group string) error {
+	_, err := c.rpc.ReleaseNetwork(ctx, &providerv1.ReleaseNetworkRequest{Config: configToPB(cfg), Group: group})
+	return statusToError(ctx, "ReleaseNetwork", err)
 }

@@ -118,7 +118,37 @@ func offeringToPB(o providers.Offering) (*providerv1.Offering, error) {
 		Vcpus:              vcpus,
 		MemoryGib:          o.MemoryGiB,
 		Available:          avail,
+		Network:            networkInfoToPB(o.Network),
 	}, nil
+}
+
+func networkInfoToPB(n providers.NetworkInfo) *providerv1.NetworkInfo {
+	if n == (providers.NetworkInfo{}) {
+		return nil
+	}
+	// Interface counts are tens at most; the cast cannot overflow.
+	return &providerv1.NetworkInfo{Fabric: n.Fabric, Interfaces: int32(min(n.Interfaces, math.MaxInt32)), BandwidthGbps: n.BandwidthGbps}
+}
+
+func networkInfoFromPB(n *providerv1.NetworkInfo) providers.NetworkInfo {
+	if n == nil {
+		return providers.NetworkInfo{}
+	}
+	return providers.NetworkInfo{Fabric: n.GetFabric(), Interfaces: int(n.GetInterfaces()), BandwidthGbps: n.GetBandwidthGbps()}
+}
+
+func networkRequestToPB(r providers.NetworkRequest) *providerv1.NetworkRequest {
+	if !r.Fabric && r.Group == "" && len(r.GroupTags) == 0 {
+		return nil
+	}
+	return &providerv1.NetworkRequest{Fabric: r.Fabric, Group: r.Group, GroupTags: r.GroupTags}
+}
+
+func networkRequestFromPB(r *providerv1.NetworkRequest) providers.NetworkRequest {
+	if r == nil {
+		return providers.NetworkRequest{}
+	}
+	return providers.NetworkRequest{Fabric: r.GetFabric(), Group: r.GetGroup(), GroupTags: r.GetGroupTags()}
 }
 
 func offeringFromPB(o *providerv1.Offering) providers.Offering {
@@ -140,6 +170,7 @@ func offeringFromPB(o *providerv1.Offering) providers.Offering {
 		Arch:               o.GetArch(),
 		PriceSource:        o.GetPriceSource(),
 		PriceAsOf:          timeFromPB(o.GetPriceAsOf()),
+		Network:            networkInfoFromPB(o.GetNetwork()),
 	}
 }
 
@@ -194,6 +225,7 @@ func launchToPB(r providers.LaunchRequest) (*providerv1.LaunchRequest, error) {
 		UserData:         r.UserData,
 		Tags:             r.Tags,
 		IdempotencyToken: r.IdempotencyToken,
+		Network:          networkRequestToPB(r.Network),
 	}, nil
 }
 
@@ -204,6 +236,7 @@ func launchFromPB(r *providerv1.LaunchRequest) providers.LaunchRequest {
 		UserData:         r.GetUserData(),
 		Tags:             r.GetTags(),
 		IdempotencyToken: r.GetIdempotencyToken(),
+		Network:          networkRequestFromPB(r.GetNetwork()),
 	}
 }
 

@@ -374,6 +374,8 @@ var (
 	_ providers.Provider    = (*managedProvider)(nil)
 	_ providers.Interrupter = (*managedProvider)(nil)
 	_ providers.Checker     = (*managedProvider)(nil)
+
+	_ providers.NetworkReleaser = (*managedProvider)(nil)
 )
 
 func (mp *managedProvider) usable(p, stale *pluginProcess) bool {
@@ -497,4 +499,9 @@ func (mp *managedProvider) Interrupt(ctx context.Context, cfg providers.Config, 
 
 func (mp *managedProvider) Check(ctx context.Context, cfg providers.Config, opts providers.CheckOptions) ([]providers.CheckResult, error) {
 	return call(ctx, mp, "Check", func(c *GRPCClient) ([]providers.CheckResult, error) { return c.Check(ctx, cfg, opts) })
+}
+
+func (mp *managedProvider) ReleaseNetwork(ctx context.Context, cfg providers.Config, group string) error {
+	_, err := call(ctx, mp, "ReleaseNetwork", func(c *GRPCClient) (struct{}, error) { return struct{}{}, c.ReleaseNetwork(ctx, cfg, group) })
+	return err
 }

@@ -137,9 +137,21 @@ func (s *grpcServer) Check(ctx context.Context, req *providerv1.CheckRequest) (r
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T has no preflight check", s.p))
 	}
-	rs, err := cp.Check(ctx, configFromPB(req.GetConfig()), providers.CheckOptions{Quick: req.GetQuick(), TargetNodes: int(req.GetTargetNodes())})
+	rs, err := cp.Check(ctx, configFromPB(req.GetConfig()), providers.CheckOptions{Quick: req.GetQuick(), TargetNodes: int(req.GetTargetNodes()), Network: req.GetNetwork()})
 	if err != nil {
 		return nil, errorToStatus(err)
 	}
 	return &providerv1.CheckResponse{Results: checkResultsToPB(rs)}, nil
+}
+
+func (s *grpcServer) ReleaseNetwork(ctx context.Context, req *providerv1.ReleaseNetworkRequest) (resp *providerv1.ReleaseNetworkResponse, err error) {
+	defer s.recoverTo("ReleaseNetwork", &err)
+	nr, ok := s.p.(providers.NetworkReleaser)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T creates no network resources", s.p))
+	}
+	if err := nr.ReleaseNetwork(ctx, configFromPB(req.GetConfig()), req.GetGroup()); err != nil {
+		return nil, errorToStatus(err)
+	}
+	return &providerv1.ReleaseNetworkResponse{}, nil
 }

@@ -40,6 +40,11 @@ type CheckOptions struct {
 	// TargetNodes is the fleet's size, for quota checks (vCPUs needed =
 	// nodes × vCPUs of the largest configured type); 0 means 1.
 	TargetNodes int `json:"target_nodes,omitempty"`
+	// Network: the fleet asks for the fast network (node.network "auto"
+	// or "fast"), so check what it needs: fabric support per type,
+	// security-group rules, placement-group permissions, the addressing
+	// it implies.
+	Network bool `json:"network,omitempty"`
 }
 
 // Checker is implemented by providers that can verify, without launching

@@ -59,6 +59,9 @@ type Offering struct {
 	// that source last said so, so status can show how old prices are.
 	PriceSource string    `json:"price_source,omitempty"`
 	PriceAsOf   time.Time `json:"price_as_of,omitzero"`
+	// Network is the fast node-to-node path the type supports (EFA, GPU
+	// NICs) and its bandwidth; zero for a standard network only.
+	Network NetworkInfo `json:"network,omitzero"`
 }
 
 // Key identifies an offering independent of its price, e.g. for the
@@ -88,6 +91,9 @@ type LaunchRequest struct {
 	// daemon id and the node id (which carries the fleet incarnation and a
 	// random part), so it never repeats across daemons or re-created fleets.
 	IdempotencyToken string `json:"idempotency_token"`
+	// Network asks for the offering's fast path and a placement group;
+	// the zero value launches on the standard network.
+	Network NetworkRequest `json:"network,omitzero"`
 }
 
 // InstanceState is the provider-side state, coarser than fleetd's node lifecycle.

@@ -183,7 +183,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 			Command: t.Command, Workdir: t.Workdir, NprocPerNode: t.NprocPerNode, MaxRestarts: t.MaxRestarts,
 			MasterPort: t.MasterPort, DrainGrace: t.DrainGrace, CheckpointURI: t.CheckpointURI, Env: t.Env,
 			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart, Checkpoint: checkpointConfig(t.Checkpoint),
-			Elastic: t.Elastic}}
+			Elastic: t.Elastic, Network: networkConfig(n)}}
 		return nil
 	})
 	if err != nil {

@@ -136,6 +136,7 @@ func (c *Controller) Reconcile(ctx context.Context, f state.Fleet) error {
 		return err
 	}
 	if f.Destroying {
+		c.ReleaseNetwork(ctx, f, in) // placement groups: docs/placement.md, Networking
 		return c.finishDestroy(ctx, f.Name, in)
 	}
 	return nil

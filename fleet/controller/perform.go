@@ -350,6 +350,7 @@ func (c *Controller) launch(ctx context.Context, f state.Fleet, fl *spec.Fleet, 
 			who := reconcile.FleetIdentity(f, c.opts.DaemonID)
 			created, err = p.Create(lctx, cfg, providers.LaunchRequest{
 				Offering: l.Offering, Count: 1, UserData: ud, IdempotencyToken: who.Token(n.ID), Tags: who.Tags(n.ID),
+				Network: l.Network,
 			})
 			cancel()
 			if err == nil {

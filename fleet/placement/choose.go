@@ -214,6 +214,9 @@ func Choose(in ChooseInput) Choice {
 	if current == "" {
 		if !ok {
 			ch.Reason = "no group can hold min_nodes"
+			if why := ExclusionSummary(in.Fleet, in.Offerings); why != "" && len(Filter(in.Fleet, in.Offerings)) == 0 {
+				ch.Reason = "no offering fits the fleet: " + why
+			}
 			return ch
 		}
 		return take(best, in.Need, false, fmt.Sprintf("best group %s", best.key))

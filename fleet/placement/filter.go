@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/fleetd/fleetd/fleet/spec"
@@ -50,6 +51,9 @@ func Exclusion(f *spec.Fleet, o providers.Offering) string {
 	if n.MaxPricePerGPUHour > 0 && o.PricePerGPUHour() > n.MaxPricePerGPUHour {
 		return fmt.Sprintf("$%.4f/GPU-h > max_price_per_gpu_hour %g", o.PricePerGPUHour(), n.MaxPricePerGPUHour)
 	}
+	if why := networkExclusion(n, o); why != "" {
+		return why
+	}
 	switch o.CapacityType {
 	case providers.Spot:
 		if !n.Spot {
@@ -63,6 +67,37 @@ func Exclusion(f *spec.Fleet, o providers.Offering) string {
 		return fmt.Sprintf("unknown capacity type %q", o.CapacityType)
 	}
 	return ""
+}
+
+// ExclusionSummary counts why offerings do not fit f, most common reason
+// first, at most three: "6 × no fast network (EFA, GPUDirect) on
+// p3.16xlarge, …; 2 × has 4 GPUs, node needs 8". "" when all fit.
+func ExclusionSummary(f *spec.Fleet, offs []providers.Offering) string {
+	count := map[string]int{}
+	for _, o := range offs {
+		if why := Exclusion(f, o); why != "" {
+			count[why]++
+		}
+	}
+	reasons := make([]string, 0, len(count))
+	for r := range count {
+		reasons = append(reasons, r)
+	}
+	sort.Slice(reasons, func(i, j int) bool {
+		if count[reasons[i]] != count[reasons[j]] {
+			return count[reasons[i]] > count[reasons[j]]
+		}
+		return reasons[i] < reasons[j]
+	})
+	var parts []string
+	for i, r := range reasons {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("%d more reasons", len(reasons)-3))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d × %s", count[r], r))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func containsFold(list []string, s string) bool {

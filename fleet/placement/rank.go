@@ -89,6 +89,9 @@ func Explain(c Candidate) string {
 	if o.CapacityType == providers.Spot && c.ExpectedRun > 0 {
 		s += fmt.Sprintf(" (expected up-run %.1f h, %.3f interruptions/h)", c.ExpectedRun, c.Rate)
 	}
+	if o.Network.Fast() {
+		s += "; network " + o.Network.String()
+	}
 	return s
 }
 

@@ -39,6 +39,9 @@ type Launch struct {
 	Offering providers.Offering `json:"offering"`
 	Relaunch bool               `json:"relaunch,omitempty"`
 	Reason   string             `json:"reason"`
+	// Network is the launch's fast-network request (node.network,
+	// placement.NetworkFor); zero for a standard launch.
+	Network providers.NetworkRequest `json:"network,omitzero"`
 }
 
 // Terminate deletes a node's instance. The node's state change, if any,

@@ -588,7 +588,8 @@ func (pl *planner) lifecycle(i int) {
 			if pl.launches < pl.p.MaxLaunchesPerPass {
 				pl.launches++
 				pl.done[n.ID] = true
-				pl.add(Launch{Node: n, Offering: n.Offering, Relaunch: true, Reason: "no instance yet; repeating the launch with the same token"})
+				pl.add(Launch{Node: n, Offering: n.Offering, Relaunch: true, Reason: "no instance yet; repeating the launch with the same token",
+					Network: n.Network}) // the same request: EC2 compares it under the token
 			}
 		}
 	case state.NodeBooting, state.NodeJoined, state.NodeRunning:

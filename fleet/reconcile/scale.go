@@ -460,14 +460,18 @@ func (pl *planner) launch(offs []providers.Offering, n int, reason string) int {
 			break
 		}
 		id := pl.newID()
+		net, why := pl.network(o), reason
+		if net.Fallback != "" {
+			why += "; " + net.Fallback // the node's event says the group was given up
+		}
 		node := state.Node{
-			ID: id, Fleet: pl.name, State: state.NodeRequested, Reason: reason,
-			Offering: o, CreatedAt: pl.now(), UpdatedAt: pl.now(),
+			ID: id, Fleet: pl.name, State: state.NodeRequested, Reason: why,
+			Offering: o, Network: net.Request, CreatedAt: pl.now(), UpdatedAt: pl.now(),
 		}
 		pl.nodes = append(pl.nodes, node)
 		pl.byID[id] = len(pl.nodes) - 1
 		pl.done[id] = true
-		pl.add(Launch{Node: node, Offering: o, Reason: reason})
+		pl.add(Launch{Node: node, Offering: o, Reason: why, Network: net.Request})
 		pl.launches++
 		got++
 	}

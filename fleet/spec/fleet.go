@@ -41,6 +41,7 @@ var nodeSchema = &hcl.BodySchema{
 		{Name: "min_memory_gib"},
 		{Name: "spot"},
 		{Name: "max_price_per_gpu_hour"},
+		{Name: "network"},
 	},
 }
 
@@ -171,6 +172,7 @@ func (p *parser) decodeFleet(b *hcl.Block) *Fleet {
 	trainingA := p.decodeTraining(b, content.Blocks, &fl.Training)
 	p.decodeRendezvous(content.Blocks, &fl.Rendezvous)
 	p.decodeProject(attrs["project"], content.Blocks, fl, minOK && nodeA != nil)
+	p.checkNetwork(nodeA, placementA, fl)
 
 	// Cross-block rules, checked only when the values involved are valid so
 	// one mistake is reported once.
@@ -241,6 +243,7 @@ func (p *parser) decodeNode(fleet *hcl.Block, blocks hcl.Blocks, n *Node) hcl.At
 		p.attrError(ma, "Invalid min_memory_gib", fmt.Sprintf("min_memory_gib must be 0 or more, got %g.", n.MinMemoryGiB))
 	}
 	p.boolAttr(a["spot"], &n.Spot)
+	p.decodeNetwork(a, n)
 	if pa := a["max_price_per_gpu_hour"]; p.floatAttr(pa, &n.MaxPricePerGPUHour) {
 		switch {
 		case n.MaxPricePerGPUHour <= 0:

@@ -94,8 +94,8 @@ func (p *parser) functions() map[string]function.Function {
 		// the outside world
 		"env":        p.envFunc(),
 		"file":       p.fileFunc(),
-		"fileexists": p.fileExistsFunc(),
-		"abspath":    p.absPathFunc(),
+		"fileexists": fileExistsFunc(p.opts),
+		"abspath":    absPathFunc(p.opts.BaseDir),
 	}
 }
 
@@ -163,15 +163,15 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-func (p *parser) fileExistsFunc() function.Function {
+func fileExistsFunc(opts Options) function.Function {
 	return function.New(&function.Spec{
 		Description: "Reports whether a file exists, relative to the spec's directory.",
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.Bool),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			path := resolve(p.opts.BaseDir, args[0].AsString())
-			if p.opts.ReadFile != nil {
-				_, err := p.opts.ReadFile(path)
+			path := resolve(opts.BaseDir, args[0].AsString())
+			if opts.ReadFile != nil {
+				_, err := opts.ReadFile(path)
 				return cty.BoolVal(err == nil), nil
 			}
 			fi, err := os.Stat(path)
@@ -180,13 +180,13 @@ func (p *parser) fileExistsFunc() function.Function {
 	})
 }
 
-func (p *parser) absPathFunc() function.Function {
+func absPathFunc(baseDir string) function.Function {
 	return function.New(&function.Spec{
 		Description: "Makes a path absolute, relative to the spec's directory.",
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			abs, err := filepath.Abs(resolve(p.opts.BaseDir, args[0].AsString()))
+			abs, err := filepath.Abs(resolve(baseDir, args[0].AsString()))
 			if err != nil {
 				return cty.NilVal, function.NewArgError(0, err)
 			}

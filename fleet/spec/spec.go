@@ -154,6 +154,8 @@ type Node struct {
 	Spot bool `json:"spot"`
 	// MaxPricePerGPUHour caps $/GPU-hour; 0 means no cap.
 	MaxPricePerGPUHour float64 `json:"max_price_per_gpu_hour,omitempty"`
+	// Network is node.network; "" means NetworkStandard (NetworkMode).
+	Network Network `json:"network,omitempty"`
 }
 
 // Strategy ranks offerings.

@@ -697,3 +697,34 @@ func TestScaleSetting(t *testing.T) {
 		}
 	}
 }
+
+func TestNetworkSetting(t *testing.T) {
+	for _, c := range []struct {
+		node, placement string
+		want            Network
+		err             string
+	}{
+		{node: "gpus = 8", want: NetworkStandard},
+		{node: "gpus = 8\nnetwork = \"standard\"", want: NetworkStandard},
+		{node: "gpus = 8\nnetwork = \"auto\"", placement: `colocate = "region"`, want: NetworkAuto},
+		{node: "gpus = 8\nnetwork = \"fast\"", want: NetworkFast},
+		{node: "gpus = 8\nnetwork = \"fast\"", placement: `colocate = "zone"`, want: NetworkFast},
+		{node: "gpus = 8\nnetwork = \"fast\"", placement: `colocate = "none"`, err: "Fast network needs zone colocation"},
+		{node: "gpus = 8\nnetwork = \"efa\"", err: `network must be "standard", "auto" or "fast", got "efa"`},
+	} {
+		f, diags := parseString(t, parts{node: c.node, placement: c.placement}.src(), testOptions())
+		if c.err != "" {
+			if !diags.HasErrors() || !strings.Contains(diags.Error(), c.err) {
+				t.Errorf("%q/%q: diagnostics %v, want %q", c.node, c.placement, diags, c.err)
+			}
+			continue
+		}
+		if diags.HasErrors() {
+			t.Errorf("%q/%q: %v", c.node, c.placement, diags)
+			continue
+		}
+		if got := f.Fleets[0].Node.NetworkMode(); got != c.want {
+			t.Errorf("%q/%q: network %q, want %q", c.node, c.placement, got, c.want)
+		}
+	}
+}

@@ -78,8 +78,11 @@ type Node struct {
 	Deadline      time.Time          `json:"deadline,omitempty"` // interruption deadline while draining
 	LastHeartbeat time.Time          `json:"last_heartbeat,omitempty"`
 	AgentVersion  string             `json:"agent_version,omitempty"` // as the agent said at its last registration
-	CreatedAt     time.Time          `json:"created_at"`
-	UpdatedAt     time.Time          `json:"updated_at"`
+	// Network is the fast network its launch asked for (node.network), so
+	// a relaunch repeats the same request and its agent learns the path.
+	Network   providers.NetworkRequest `json:"network,omitzero"`
+	CreatedAt time.Time                `json:"created_at"`
+	UpdatedAt time.Time                `json:"updated_at"`
 }
 
 // Event is one entry of the append-only event log. Seq is assigned by the

@@ -76,6 +76,9 @@ type Provider struct {
 	scoreCache  map[string]scoreEntry
 	recent      map[string]recentLaunch
 	prices      *priceList // on-demand prices (pricelist.go)
+	// groups: placement groups known to exist (scope|region|name), so a
+	// launch describes its group once per process.
+	groups map[string]bool
 }
 
 type cached[T any] struct {
@@ -131,6 +134,7 @@ func New(opts Options) *Provider {
 	return &Provider{
 		opts:      opts,
 		clients:   map[clientKey]ec2API{},
+		groups:    map[string]bool{},
 		typeCache: map[string]cached[map[string]typeInfo]{},
 		spotCache: map[string]cached[map[string]map[string]float64]{},
 		zoneCache: map[string]cached[map[string]map[string]bool]{},

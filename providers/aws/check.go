@@ -57,6 +57,9 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 		if opts.Quick {
 			continue
 		}
+		if opts.Network {
+			out = append(out, p.checkNetwork(ctx, client, b, region)...)
+		}
 		out = append(out, p.checkQuotas(ctx, client, b, region, opts.TargetNodes)...)
 		set := p.placementScores(ctx, client, b, region)
 		if set.note != "" {

@@ -63,6 +63,11 @@ func (p *Provider) Create(ctx context.Context, cfg providers.Config, req provide
 	if err != nil {
 		return nil, err
 	}
+	if g := req.Network.Group; g != "" {
+		if err := p.ensureGroup(ctx, client, b, off.Region, req.Network.GroupIn(off.Zone), g, req.Network.GroupTags); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := client.RunInstances(ctx, in)
 	if err != nil {
 		return nil, classify("RunInstances "+off.InstanceType+" in "+off.Zone, off.Key(), err)
@@ -152,6 +157,9 @@ func runInput(b block, req providers.LaunchRequest) (*ec2.RunInstancesInput, err
 	}
 	if b.KeyName != "" {
 		in.KeyName = awssdk.String(b.KeyName)
+	}
+	if err := applyNetwork(in, b, req); err != nil {
+		return nil, err
 	}
 	if req.UserData != "" {
 		in.UserData = awssdk.String(base64.StdEncoding.EncodeToString([]byte(req.UserData)))

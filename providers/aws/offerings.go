@@ -35,6 +35,12 @@ type typeInfo struct {
 	GPUType         string // e.g. "A100"
 	GPUManufacturer string // e.g. "NVIDIA"
 	Arch            string // Go's name: "amd64", "arm64"; "" when EC2 names none fleetd knows
+	// EFAInterfaces is EfaInfo.MaximumEfaInterfaces (0: no EFA),
+	// NetworkCards NetworkInfo.MaximumNetworkCards, BandwidthGbps the sum
+	// of the cards' peak bandwidth.
+	EFAInterfaces int
+	NetworkCards  int
+	BandwidthGbps float64
 }
 
 // Offerings lists the offerings of every configured instance type in every
@@ -104,6 +110,11 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 				Provider: Name, Region: region, Zone: z, InstanceType: it,
 				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
 				Arch: info.Arch, Available: -1,
+			}
+			if b.Subnets[z] != "" {
+				// EFA interfaces are created in the zone's subnet: without
+				// one the type launches on the standard network only.
+				base.Network = info.network()
 			}
 			if price, ok := spot[it][z]; ok {
 				s := base
@@ -175,6 +186,7 @@ func toTypeInfo(t types.InstanceTypeInfo) typeInfo {
 	if t.ProcessorInfo != nil {
 		ti.Arch = goArch(t.ProcessorInfo.SupportedArchitectures)
 	}
+	networkTypeInfo(t.NetworkInfo, &ti)
 	if t.GpuInfo != nil {
 		for _, g := range t.GpuInfo.Gpus {
 			ti.GPUs += int(awssdk.ToInt32(g.Count))
@@ -287,6 +299,7 @@ func (p *Provider) describeOffering(b block, o providers.Offering) providers.Off
 	if c, ok := p.typeCache[key]; ok {
 		if ti, ok := c.val[o.InstanceType]; ok {
 			o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB, o.Arch = ti.GPUs, ti.GPUType, ti.VCPUs, ti.MemoryGiB, ti.Arch
+			o.Network = ti.network()
 		}
 	}
 	switch o.CapacityType {

@@ -53,7 +53,7 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 	if err != nil {
 		return nil, err
 	}
-	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1)}
+	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network}
 	k.run(ctx)
 	return k.rows, nil
 }
@@ -64,6 +64,8 @@ type checker struct {
 	c     *config
 	quick bool
 	nodes int
+	// network: the fleet uses the fast network (networkRows).
+	network bool
 
 	// principal is the IAM member the credentials act as
 	// ("serviceAccount:x@p.iam.gserviceaccount.com"), "" when unknown.
@@ -80,6 +82,7 @@ type checkClients struct {
 	images   *compute.ImagesClient
 	mts      *compute.MachineTypesClient
 	accels   *compute.AcceleratorTypesClient
+	subnets  *compute.SubnetworksClient
 }
 
 func (k *checker) add(r providers.CheckResult) { k.rows = append(k.rows, r) }
@@ -105,6 +108,9 @@ func (k *checker) run(ctx context.Context) {
 		return
 	}
 	k.quotaRows(ctx, facts)
+	if k.network {
+		k.networkRows(ctx)
+	}
 	k.permissionRows(ctx)
 	k.pricesRow(ctx)
 }
@@ -332,11 +338,14 @@ func (k *checker) newClients(ctx context.Context) error {
 	if k.cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
 		return fmt.Errorf("accelerator types: %w", err)
 	}
+	if k.cl.subnets, err = compute.NewSubnetworksRESTClient(ctx, opts...); err != nil {
+		return fmt.Errorf("subnetworks: %w", err)
+	}
 	return nil
 }
 
 func (k *checker) closeClients() {
-	for _, c := range []interface{ Close() error }{k.cl.projects, k.cl.zones, k.cl.regions, k.cl.images, k.cl.mts, k.cl.accels} {
+	for _, c := range []interface{ Close() error }{k.cl.projects, k.cl.zones, k.cl.regions, k.cl.images, k.cl.mts, k.cl.accels, k.cl.subnets} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -975,6 +984,13 @@ func (k *checker) permissions() []permission {
 		if k.c.Subnetwork == "" {
 			ps = append(ps, permission{"compute.networks.use", roleInstanceAdmin, "attach nodes to the network"})
 		}
+	}
+	if k.network {
+		ps = append(ps,
+			permission{"compute.resourcePolicies.create", roleInstanceAdmin, "create the compact placement policy"},
+			permission{"compute.resourcePolicies.get", roleInstanceAdmin, "reuse the compact placement policy"},
+			permission{"compute.resourcePolicies.delete", roleInstanceAdmin, "delete the policy when the fleet is destroyed"},
+			permission{"compute.resourcePolicies.use", roleInstanceAdmin, "launch nodes into the policy"})
 	}
 	if project, _, _, ok := k.c.imageRef(); ok && project == k.c.Project {
 		ps = append(ps, permission{"compute.images.useReadOnly", roleInstanceAdmin, "boot from the project's image"})

@@ -22,15 +22,18 @@ const (
 
 // config is a decoded `provider "gcp"` block.
 type config struct {
-	Project        string           `json:"project"`
-	Zones          []string         `json:"zones"`
-	MachineTypes   []string         `json:"machine_types"`
-	Accelerators   json.RawMessage  `json:"accelerators"`
-	Image          string           `json:"image"`
-	DiskSizeGB     *float64         `json:"disk_size_gb"`
-	DiskType       string           `json:"disk_type"`
-	Network        string           `json:"network"`
-	Subnetwork     string           `json:"subnetwork"`
+	Project      string          `json:"project"`
+	Zones        []string        `json:"zones"`
+	MachineTypes []string        `json:"machine_types"`
+	Accelerators json.RawMessage `json:"accelerators"`
+	Image        string          `json:"image"`
+	DiskSizeGB   *float64        `json:"disk_size_gb"`
+	DiskType     string          `json:"disk_type"`
+	Network      string          `json:"network"`
+	Subnetwork   string          `json:"subnetwork"`
+	// GPUSubnetworks are the subnetworks of an a3 type's GPU NICs, in
+	// order (each in its own VPC network, as GPUDirect requires).
+	GPUSubnetworks []string         `json:"gpu_subnetworks"`
 	ExternalIP     *bool            `json:"external_ip"`
 	ServiceAccount string           `json:"service_account"`
 	Scopes         []string         `json:"scopes"`

@@ -62,6 +62,8 @@ type Provider struct {
 	mu      sync.Mutex
 	clients map[string]*clients
 	billing *billingState
+	// policies: resource policies known to exist (endpoint|project|region|name).
+	policies map[string]bool
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -83,7 +85,7 @@ func New(opts Options) *Provider {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Provider{opts: opts, clients: map[string]*clients{}, billing: newBillingState()}
+	return &Provider{opts: opts, clients: map[string]*clients{}, billing: newBillingState(), policies: map[string]bool{}}
 }
 
 type clients struct {
@@ -91,6 +93,7 @@ type clients struct {
 	ops       *compute.ZoneOperationsClient
 	mts       *compute.MachineTypesClient
 	accels    *compute.AcceleratorTypesClient
+	policies  *compute.ResourcePoliciesClient
 }
 
 // client returns the clients for the block's endpoint. A plain-http
@@ -123,6 +126,9 @@ func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
 	}
 	if cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
 		return nil, wrap("accelerator types", err)
+	}
+	if cl.policies, err = compute.NewResourcePoliciesRESTClient(ctx, opts...); err != nil {
+		return nil, wrap("resource policies", err)
 	}
 	p.clients[c.Endpoint] = cl
 	return cl, nil

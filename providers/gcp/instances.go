@@ -117,6 +117,12 @@ func (p *Provider) launchOne(ctx context.Context, cl *clients, c *config, req pr
 	if err != nil {
 		return providers.Instance{}, err
 	}
+	if req.Network.Group != "" {
+		g := policyName(req.Network, zone)
+		if err := p.ensurePolicy(ctx, cl, c, regionOf(zone), g, req.Network.GroupTags); err != nil {
+			return providers.Instance{}, err
+		}
+	}
 	rid := requestID("insert", fleet, token, offKey, strconv.Itoa(i))
 	started := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -243,6 +249,9 @@ func (p *Provider) instanceResource(c *config, req providers.LaunchRequest, name
 			{Key: proto.String(MetaOffering), Value: proto.String(string(offJSON))},
 			{Key: proto.String(MetaLaunch), Value: proto.String(launch)},
 		}},
+	}
+	if err := applyNetwork(c, res, req); err != nil {
+		return nil, err
 	}
 	if c.ServiceAccount != "" {
 		res.ServiceAccounts = []*computepb.ServiceAccount{{Email: proto.String(c.ServiceAccount), Scopes: c.scopes()}}

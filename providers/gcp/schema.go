@@ -17,6 +17,7 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "disk_type", Type: providers.TypeString, Description: "Boot disk type (default \"pd-balanced\")."},
 	{Name: "network", Type: providers.TypeString, Description: "VPC network (default \"global/networks/default\")."},
 	{Name: "subnetwork", Type: providers.TypeString, Description: "Subnetwork per region is derived from this name when set."},
+	{Name: "gpu_subnetworks", Type: providers.TypeListString, Description: "Subnetworks of the GPU NICs of a3 types on the fast network (node.network), in order, each in its own VPC: 4 for a3-highgpu-8g (GPUDirect-TCPX), 8 for a3-megagpu-8g (TCPXO), 9 for a3-ultragpu-8g (a second gVNIC, then 8 RDMA)."},
 	{Name: "external_ip", Type: providers.TypeBool, Description: "Give nodes an ephemeral external IP (default true); set false behind Cloud NAT."},
 	{Name: "service_account", Type: providers.TypeString, Description: "Service account email for nodes."},
 	{Name: "scopes", Type: providers.TypeListString, Description: "OAuth scopes for the service account."},

@@ -74,6 +74,7 @@ func (s *Server) describeInstanceTypes(p params, requestID string) (any, *apiErr
 		if t.Arch != "" {
 			info.Architectures = []string{t.Arch}
 		}
+		info.NetworkInfo = networkInfo(t)
 		if t.GPUs > 0 {
 			info.GPUInfo = &xmlGPUInfo{
 				GPUs:           []xmlGPUDevice{{Name: t.GPUName, Manufacturer: t.GPUManufacturer, Count: t.GPUs, MemoryMiB: t.GPUMemoryMiB}},
@@ -213,8 +214,20 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 		return nil, &apiError{Code: "InvalidParameterValue", Message: "MinCount and MaxCount must be integers with 1 <= MinCount <= MaxCount."}
 	}
 
+	nics, nerr := s.launchNICs(r, p, it)
+	if nerr != nil {
+		return nil, nerr
+	}
 	zone := p.get("Placement.AvailabilityZone")
 	subnet := p.get("SubnetId")
+	if len(nics) > 0 {
+		subnet = nics[0].subnet // the primary interface's subnet is the instance's
+		for _, x := range nics {
+			if x.card == 0 && x.device == 0 {
+				subnet = x.subnet
+			}
+		}
+	}
 	if subnet != "" {
 		sz, ok := r.subnets[subnet]
 		if !ok {
@@ -235,6 +248,11 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 		return nil, &apiError{Code: "Unsupported", Message: fmt.Sprintf("Your requested instance type (%s) is not supported in your requested Availability Zone (%s).", typ, zone)}
 	}
 	groups := p.list("SecurityGroupId")
+	for _, x := range nics {
+		if x.card == 0 && x.device == 0 {
+			groups = x.groups
+		}
+	}
 	for _, g := range groups {
 		if !strings.HasPrefix(g, "sg-") {
 			return nil, &apiError{Code: "InvalidGroupId.Malformed", Message: fmt.Sprintf("Invalid id: \"%s\" (expecting \"sg-...\")", g)}
@@ -330,6 +348,15 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 		}
 		count = min(count, max(minCount, (limit-used)/max(it.VCPUs, 1)))
 	}
+	pg, gerr := s.launchGroup(r, p, typ, zone, minCount)
+	if gerr != nil {
+		return nil, gerr
+	}
+	if pg != nil {
+		if left, capped := s.groupCap[pg.name]; capped {
+			count = min(count, left)
+		}
+	}
 	if market == MarketSpot {
 		if mp := p.get("InstanceMarketOptions.SpotOptions.MaxPrice"); mp != "" {
 			maxPrice, err := strconv.ParseFloat(mp, 64)
@@ -355,6 +382,14 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 			state: "pending", launched: now, stateAt: now, hidden: s.hideNext,
 			privateIP: fmt.Sprintf("10.0.%d.%d", (s.seq/250)%250, s.seq%250+1),
 		}
+		if pg != nil {
+			in.pgroup = pg.name
+			pg.zone = zone
+		}
+		for _, x := range nics {
+			x.id = s.nextIDLocked("eni", 17)
+			in.nics = append(in.nics, x)
+		}
 		if market == MarketSpot {
 			sr := &spotRequest{
 				id: s.nextIDLocked("sir", 8), instanceID: id, zone: zone, typ: typ, state: "active",
@@ -370,6 +405,11 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 	}
 	if left, ok := r.capacity[zone+"|"+typ]; ok {
 		r.capacity[zone+"|"+typ] = left - count
+	}
+	if pg != nil {
+		if left, capped := s.groupCap[pg.name]; capped {
+			s.groupCap[pg.name] = left - count
+		}
 	}
 	if token != "" {
 		r.tokens[token] = &tokenRecord{canonical: canonical, reservation: resID, ids: ids}
@@ -421,13 +461,20 @@ func (s *Server) xmlInstance(in *instance) xmlInstance {
 		InstanceID: in.id, ImageID: in.imageID, State: xmlStateOf(in.state),
 		PrivateDNSName: "ip-" + strings.ReplaceAll(in.privateIP, ".", "-") + ".ec2.internal",
 		KeyName:        in.keyName, InstanceType: in.typ, LaunchTime: timestamp(in.launched),
-		Placement: xmlPlacement{AvailabilityZone: in.zone, Tenancy: "default"},
+		Placement: xmlPlacement{AvailabilityZone: in.zone, GroupName: in.pgroup, Tenancy: "default"},
 		SubnetID:  in.subnet, PrivateIPAddress: in.privateIP, Architecture: "x86_64",
 		SpotInstanceRequestID: in.sir, ClientToken: in.token,
 		MetadataOptions: &xmlMetadataOptions{State: "applied", HTTPTokens: in.metaTokens, HopLimit: in.metaHops, HTTPEndpoint: in.metaEndpoint},
 	}
 	if in.subnet != "" {
 		x.VpcID = "vpc-0fa1e0000000000"
+	}
+	for _, n := range in.nics {
+		xn := xmlInstanceNIC{ID: n.id, SubnetID: n.subnet, InterfaceType: n.typ, DeviceIndex: n.device, CardIndex: n.card}
+		if n.card == 0 && n.device == 0 {
+			xn.PrivateIP = in.privateIP
+		}
+		x.NICs = append(x.NICs, xn)
 	}
 	if in.market == MarketSpot {
 		x.InstanceLifecycle = "spot"

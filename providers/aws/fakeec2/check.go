@@ -43,7 +43,7 @@ func (s *Server) RemoveSecurityGroup(regionName, groupID string) {
 
 // dryRunnable are the actions whose DryRun the fake answers after its
 // permission check, without doing anything.
-var dryRunnable = map[string]bool{"RunInstances": true, "CreateTags": true, "TerminateInstances": true}
+var dryRunnable = map[string]bool{"RunInstances": true, "CreateTags": true, "TerminateInstances": true, "CreatePlacementGroup": true, "DeletePlacementGroup": true}
 
 // preflightLocked applies Deny and DryRun to a request before dispatch.
 // It returns a non-nil error when the request is answered here.
@@ -128,6 +128,25 @@ type xmlSecurityGroup struct {
 	GroupName string `xml:"groupName"`
 	VpcID     string `xml:"vpcId"`
 	OwnerID   string `xml:"ownerId"`
+	// Rules as botocore's IpPermission: ipPermissions (ingress) and
+	// ipPermissionsEgress, each with ipProtocol and groups (UserIdGroupPair).
+	Ingress []xmlIPPermission `xml:"ipPermissions>item"`
+	Egress  []xmlIPPermission `xml:"ipPermissionsEgress>item"`
+}
+
+type xmlIPPermission struct {
+	Protocol string         `xml:"ipProtocol"`
+	Groups   []xmlGroupPair `xml:"groups>item,omitempty"`
+	Ranges   []xmlIPRange   `xml:"ipRanges>item,omitempty"`
+}
+
+type xmlGroupPair struct {
+	GroupID string `xml:"groupId"`
+	UserID  string `xml:"userId"`
+}
+
+type xmlIPRange struct {
+	CIDR string `xml:"cidrIp"`
 }
 
 type xmlDescribeSecurityGroupsResponse struct {
@@ -146,7 +165,15 @@ func (s *Server) describeSecurityGroups(r *region, p params, requestID string) (
 		if !r.groups[id] {
 			return nil, &apiError{Code: "InvalidGroup.NotFound", Message: fmt.Sprintf("The security group '%s' does not exist", id)}
 		}
-		resp.Groups = append(resp.Groups, xmlSecurityGroup{GroupID: id, GroupName: "fleetd-" + id, VpcID: "vpc-0fa4e000", OwnerID: s.opts.OwnerID})
+		sg := xmlSecurityGroup{GroupID: id, GroupName: "fleetd-" + id, VpcID: "vpc-0fa4e000", OwnerID: s.opts.OwnerID,
+			// A new group's default: all traffic out to anywhere, nothing in.
+			Egress: []xmlIPPermission{{Protocol: "-1", Ranges: []xmlIPRange{{CIDR: "0.0.0.0/0"}}}}}
+		if r.selfRule[id] {
+			self := xmlIPPermission{Protocol: "-1", Groups: []xmlGroupPair{{GroupID: id, UserID: s.opts.OwnerID}}}
+			sg.Ingress = append(sg.Ingress, self)
+			sg.Egress = append(sg.Egress, self)
+		}
+		resp.Groups = append(resp.Groups, sg)
 	}
 	return resp, nil
 }

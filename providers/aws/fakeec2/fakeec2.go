@@ -64,6 +64,8 @@ type Server struct {
 	lastKey  map[string]string
 	hideNext int
 	denied   map[string]bool
+	// groupCap: placement group name → launches left (SetGroupCapacity).
+	groupCap map[string]int
 }
 
 type scriptedError struct{ code, message string }
@@ -87,6 +89,10 @@ type region struct {
 	scores map[string]int
 	// groups: the security group ids that exist (AddSecurityGroup).
 	groups map[string]bool
+	// selfRule: groups that allow all traffic from and to themselves (AllowSelf).
+	selfRule map[string]bool
+	// pgroups: placement groups by name.
+	pgroups map[string]*placementGroup
 }
 
 type spotPrice struct {
@@ -113,6 +119,10 @@ type instance struct {
 	reason                                                               string
 	launched, stateAt                                                    time.Time
 	hidden                                                               int
+	// pgroup is the placement group it was launched into; nics its
+	// interfaces when the launch named them.
+	pgroup string
+	nics   []nic
 	// terminatedBy is the access key id of the TerminateInstances call
 	// that ended it ("" for reclaims and other cloud-side ends).
 	terminatedBy string
@@ -417,6 +427,10 @@ type Instance struct {
 	// TerminatedBy is the access key id that terminated it through the
 	// API, so a test can tell which of several clients ended it.
 	TerminatedBy string
+	// PlacementGroup is the group it was launched into; Interfaces its
+	// network interfaces as "card/device:type" when the launch named them.
+	PlacementGroup string
+	Interfaces     []string
 }
 
 // Instances returns every instance of every region (terminated ones
@@ -441,6 +455,10 @@ func (s *Server) Instances() []Instance {
 				ImageID: in.imageID, SubnetID: in.subnet, KeyName: in.keyName, IamInstanceProfile: in.profile,
 				SecurityGroups: slices.Clone(in.groups), UserData: slices.Clone(in.userData),
 				Tags: map[string]string{}, ClientToken: in.token, TerminatedBy: in.terminatedBy,
+				PlacementGroup: in.pgroup,
+			}
+			for _, x := range in.nics {
+				v.Interfaces = append(v.Interfaces, fmt.Sprintf("%d/%d:%s", x.card, x.device, x.typ))
 			}
 			for k, val := range in.tags {
 				v.Tags[k] = val
@@ -554,6 +572,12 @@ func (s *Server) dispatchLocked(regionName, action string, p params, requestID s
 		return s.terminateInstances(r, p, requestID)
 	case "DescribeSpotInstanceRequests":
 		return s.describeSpotInstanceRequests(r, p, requestID)
+	case "CreatePlacementGroup":
+		return s.createPlacementGroup(r, p, requestID)
+	case "DescribePlacementGroups":
+		return s.describePlacementGroups(r, p, requestID)
+	case "DeletePlacementGroup":
+		return s.deletePlacementGroup(r, p, requestID)
 	}
 	return nil, &apiError{Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", action)}
 }

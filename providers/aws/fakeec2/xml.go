@@ -32,6 +32,7 @@ type xmlState struct {
 
 type xmlPlacement struct {
 	AvailabilityZone string `xml:"availabilityZone"`
+	GroupName        string `xml:"groupName,omitempty"`
 	Tenancy          string `xml:"tenancy"`
 }
 
@@ -72,6 +73,7 @@ type xmlInstance struct {
 	ClientToken           string              `xml:"clientToken,omitempty"`
 	Tags                  []xmlTag            `xml:"tagSet>item,omitempty"`
 	MetadataOptions       *xmlMetadataOptions `xml:"metadataOptions,omitempty"`
+	NICs                  []xmlInstanceNIC    `xml:"networkInterfaceSet>item,omitempty"`
 }
 
 type xmlMetadataOptions struct {
@@ -129,13 +131,76 @@ type xmlGPUInfo struct {
 }
 
 type xmlInstanceTypeInfo struct {
-	InstanceType          string      `xml:"instanceType"`
-	CurrentGeneration     bool        `xml:"currentGeneration"`
-	SupportedUsageClasses []string    `xml:"supportedUsageClasses>item"`
-	DefaultVCPUs          int         `xml:"vCpuInfo>defaultVCpus"`
-	MemoryMiB             int         `xml:"memoryInfo>sizeInMiB"`
-	Architectures         []string    `xml:"processorInfo>supportedArchitectures>item"`
-	GPUInfo               *xmlGPUInfo `xml:"gpuInfo,omitempty"`
+	InstanceType          string          `xml:"instanceType"`
+	CurrentGeneration     bool            `xml:"currentGeneration"`
+	SupportedUsageClasses []string        `xml:"supportedUsageClasses>item"`
+	DefaultVCPUs          int             `xml:"vCpuInfo>defaultVCpus"`
+	MemoryMiB             int             `xml:"memoryInfo>sizeInMiB"`
+	Architectures         []string        `xml:"processorInfo>supportedArchitectures>item"`
+	GPUInfo               *xmlGPUInfo     `xml:"gpuInfo,omitempty"`
+	NetworkInfo           *xmlNetworkInfo `xml:"networkInfo,omitempty"`
+}
+
+// xmlNetworkInfo is DescribeInstanceTypes' NetworkInfo (botocore ec2
+// model: networkPerformance, maximumNetworkInterfaces, maximumNetworkCards,
+// defaultNetworkCardIndex, networkCards, efaSupported, efaInfo).
+type xmlNetworkInfo struct {
+	NetworkPerformance  string               `xml:"networkPerformance"`
+	MaxInterfaces       int                  `xml:"maximumNetworkInterfaces"`
+	MaxCards            int                  `xml:"maximumNetworkCards"`
+	DefaultCardIndex    int                  `xml:"defaultNetworkCardIndex"`
+	Cards               []xmlNetworkCardInfo `xml:"networkCards>item"`
+	EnaSupport          string               `xml:"enaSupport"`
+	EfaSupported        bool                 `xml:"efaSupported"`
+	MaximumEfaInterface *int                 `xml:"efaInfo>maximumEfaInterfaces,omitempty"`
+}
+
+type xmlNetworkCardInfo struct {
+	Index              int     `xml:"networkCardIndex"`
+	NetworkPerformance string  `xml:"networkPerformance"`
+	MaxInterfaces      int     `xml:"maximumNetworkInterfaces"`
+	BaselineGbps       float64 `xml:"baselineBandwidthInGbps"`
+	PeakGbps           float64 `xml:"peakBandwidthInGbps"`
+}
+
+type xmlPlacementGroup struct {
+	GroupName string   `xml:"groupName"`
+	State     string   `xml:"state"`
+	Strategy  string   `xml:"strategy"`
+	GroupID   string   `xml:"groupId"`
+	GroupArn  string   `xml:"groupArn"`
+	Tags      []xmlTag `xml:"tagSet>item,omitempty"`
+}
+
+type xmlCreatePlacementGroupResponse struct {
+	XMLName   xml.Name          `xml:"CreatePlacementGroupResponse"`
+	Xmlns     string            `xml:"xmlns,attr"`
+	RequestID string            `xml:"requestId"`
+	Group     xmlPlacementGroup `xml:"placementGroup"`
+}
+
+type xmlDescribePlacementGroupsResponse struct {
+	XMLName   xml.Name            `xml:"DescribePlacementGroupsResponse"`
+	Xmlns     string              `xml:"xmlns,attr"`
+	RequestID string              `xml:"requestId"`
+	Groups    []xmlPlacementGroup `xml:"placementGroupSet>item"`
+}
+
+type xmlReturnResponse struct {
+	XMLName   xml.Name
+	Xmlns     string `xml:"xmlns,attr"`
+	RequestID string `xml:"requestId"`
+	Return    bool   `xml:"return"`
+}
+
+// xmlInstanceNIC is one of an instance's networkInterfaceSet items.
+type xmlInstanceNIC struct {
+	ID            string `xml:"networkInterfaceId"`
+	SubnetID      string `xml:"subnetId"`
+	InterfaceType string `xml:"interfaceType"`
+	PrivateIP     string `xml:"privateIpAddress,omitempty"`
+	DeviceIndex   int    `xml:"attachment>deviceIndex"`
+	CardIndex     int    `xml:"attachment>networkCardIndex"`
 }
 
 type xmlDescribeInstanceTypesResponse struct {

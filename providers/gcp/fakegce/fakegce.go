@@ -123,6 +123,10 @@ type Server struct {
 	requestIDs map[string]*opRec // zone + "/" + requestId
 	stats      Stats
 	check      checkState // preflight world, see check.go
+	// policies (region/name) and their region operations (network.go).
+	policies  map[string]*ResourcePolicy
+	regionOps map[string]*Operation
+	subnets   map[string]*Subnetwork // region/name (AddSubnetwork)
 }
 
 // Stats counts what the fake was asked to do.
@@ -184,6 +188,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation)
 	mux.HandleFunc("POST "+p+"zones/{zone}/operations/{op}/wait", s.waitOperation)
 	s.registerCheck(mux)
+	s.registerNetwork(mux, p)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The requested URL %s was not found on this server.", r.URL.Path))
 	})
@@ -496,7 +501,11 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
 		return
 	}
-	if msg := s.validate(z, &in); msg != "" {
+	msg := s.validate(z, &in)
+	if msg == "" {
+		msg = s.validateNetwork(z, &in)
+	}
+	if msg != "" {
 		writeError(w, http.StatusBadRequest, "invalid", msg)
 		return
 	}
@@ -513,6 +522,9 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.fill(z, &in)
+	for i, rp := range in.ResourcePolicies {
+		in.ResourcePolicies[i] = s.absLink(rp) // GCE answers with full URLs
+	}
 	o := s.newOp(z, "insert", &in)
 	if reqID != "" {
 		s.requestIDs[z.name+"/"+reqID] = o

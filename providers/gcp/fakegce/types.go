@@ -113,6 +113,7 @@ type Instance struct {
 	Fingerprint        string              `json:"fingerprint,omitempty"`
 	LastStartTimestamp string              `json:"lastStartTimestamp,omitempty"`
 	LastStopTimestamp  string              `json:"lastStopTimestamp,omitempty"`
+	ResourcePolicies   []string            `json:"resourcePolicies,omitempty"`
 }
 
 // MetadataValue returns the value of a metadata item of in.
@@ -137,6 +138,7 @@ type NetworkInterface struct {
 	Fingerprint   string         `json:"fingerprint,omitempty"`
 	StackType     string         `json:"stackType,omitempty"`
 	AccessConfigs []AccessConfig `json:"accessConfigs,omitempty"`
+	NicType       string         `json:"nicType,omitempty"`
 }
 
 type AccessConfig struct {

@@ -229,8 +229,10 @@ type Offering struct {
 	// Where price_per_hour comes from ("DescribeSpotPriceHistory", "AWS
 	// Price List API", "bundled table 2024-06-01", …) and when that source
 	// last said so; unset when unknown.
-	PriceSource   string                 `protobuf:"bytes,15,opt,name=price_source,json=priceSource,proto3" json:"price_source,omitempty"`
-	PriceAsOf     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=price_as_of,json=priceAsOf,proto3" json:"price_as_of,omitempty"`
+	PriceSource string                 `protobuf:"bytes,15,opt,name=price_source,json=priceSource,proto3" json:"price_source,omitempty"`
+	PriceAsOf   *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=price_as_of,json=priceAsOf,proto3" json:"price_as_of,omitempty"`
+	// The fast node-to-node path the type supports; unset for standard.
+	Network       *NetworkInfo `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +379,136 @@ func (x *Offering) GetPriceAsOf() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Offering) GetNetwork() *NetworkInfo {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkInfo mirrors providers.NetworkInfo.
+type NetworkInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "efa", "gpudirect-tcpx", "gpudirect-tcpxo", "rdma"; empty: none.
+	Fabric        string  `protobuf:"bytes,1,opt,name=fabric,proto3" json:"fabric,omitempty"`
+	Interfaces    int32   `protobuf:"varint,2,opt,name=interfaces,proto3" json:"interfaces,omitempty"`
+	BandwidthGbps float64 `protobuf:"fixed64,3,opt,name=bandwidth_gbps,json=bandwidthGbps,proto3" json:"bandwidth_gbps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkInfo) Reset() {
+	*x = NetworkInfo{}
+	mi := &file_provider_v1_provider_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkInfo) ProtoMessage() {}
+
+func (x *NetworkInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkInfo.ProtoReflect.Descriptor instead.
+func (*NetworkInfo) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NetworkInfo) GetFabric() string {
+	if x != nil {
+		return x.Fabric
+	}
+	return ""
+}
+
+func (x *NetworkInfo) GetInterfaces() int32 {
+	if x != nil {
+		return x.Interfaces
+	}
+	return 0
+}
+
+func (x *NetworkInfo) GetBandwidthGbps() float64 {
+	if x != nil {
+		return x.BandwidthGbps
+	}
+	return 0
+}
+
+// NetworkRequest mirrors providers.NetworkRequest.
+type NetworkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fabric        bool                   `protobuf:"varint,1,opt,name=fabric,proto3" json:"fabric,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	GroupTags     map[string]string      `protobuf:"bytes,3,rep,name=group_tags,json=groupTags,proto3" json:"group_tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRequest) Reset() {
+	*x = NetworkRequest{}
+	mi := &file_provider_v1_provider_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRequest) ProtoMessage() {}
+
+func (x *NetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRequest.ProtoReflect.Descriptor instead.
+func (*NetworkRequest) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NetworkRequest) GetFabric() bool {
+	if x != nil {
+		return x.Fabric
+	}
+	return false
+}
+
+func (x *NetworkRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *NetworkRequest) GetGroupTags() map[string]string {
+	if x != nil {
+		return x.GroupTags
+	}
+	return nil
+}
+
 type LaunchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Offering *Offering              `protobuf:"bytes,1,opt,name=offering,proto3" json:"offering,omitempty"`
@@ -385,13 +517,14 @@ type LaunchRequest struct {
 	UserData         string            `protobuf:"bytes,3,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
 	Tags             map[string]string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	IdempotencyToken string            `protobuf:"bytes,5,opt,name=idempotency_token,json=idempotencyToken,proto3" json:"idempotency_token,omitempty"`
+	Network          *NetworkRequest   `protobuf:"bytes,6,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LaunchRequest) Reset() {
 	*x = LaunchRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[4]
+	mi := &file_provider_v1_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +536,7 @@ func (x *LaunchRequest) String() string {
 func (*LaunchRequest) ProtoMessage() {}
 
 func (x *LaunchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[4]
+	mi := &file_provider_v1_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +549,7 @@ func (x *LaunchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchRequest.ProtoReflect.Descriptor instead.
 func (*LaunchRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{4}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LaunchRequest) GetOffering() *Offering {
@@ -454,6 +587,13 @@ func (x *LaunchRequest) GetIdempotencyToken() string {
 	return ""
 }
 
+func (x *LaunchRequest) GetNetwork() *NetworkRequest {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 type InterruptionInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// spot-interruption, rebalance, maintenance, preempted.
@@ -465,7 +605,7 @@ type InterruptionInfo struct {
 
 func (x *InterruptionInfo) Reset() {
 	*x = InterruptionInfo{}
-	mi := &file_provider_v1_provider_proto_msgTypes[5]
+	mi := &file_provider_v1_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +617,7 @@ func (x *InterruptionInfo) String() string {
 func (*InterruptionInfo) ProtoMessage() {}
 
 func (x *InterruptionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[5]
+	mi := &file_provider_v1_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +630,7 @@ func (x *InterruptionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptionInfo.ProtoReflect.Descriptor instead.
 func (*InterruptionInfo) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{5}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InterruptionInfo) GetKind() string {
@@ -524,7 +664,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_provider_v1_provider_proto_msgTypes[6]
+	mi := &file_provider_v1_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +676,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[6]
+	mi := &file_provider_v1_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +689,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{6}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Instance) GetId() string {
@@ -609,7 +749,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[7]
+	mi := &file_provider_v1_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +761,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[7]
+	mi := &file_provider_v1_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +774,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{7}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{9}
 }
 
 type InfoResponse struct {
@@ -648,7 +788,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[8]
+	mi := &file_provider_v1_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +800,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[8]
+	mi := &file_provider_v1_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +813,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{8}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -706,7 +846,7 @@ type OfferingsRequest struct {
 
 func (x *OfferingsRequest) Reset() {
 	*x = OfferingsRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[9]
+	mi := &file_provider_v1_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +858,7 @@ func (x *OfferingsRequest) String() string {
 func (*OfferingsRequest) ProtoMessage() {}
 
 func (x *OfferingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[9]
+	mi := &file_provider_v1_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +871,7 @@ func (x *OfferingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OfferingsRequest.ProtoReflect.Descriptor instead.
 func (*OfferingsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{9}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OfferingsRequest) GetConfig() *Config {
@@ -750,7 +890,7 @@ type OfferingsResponse struct {
 
 func (x *OfferingsResponse) Reset() {
 	*x = OfferingsResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	mi := &file_provider_v1_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +902,7 @@ func (x *OfferingsResponse) String() string {
 func (*OfferingsResponse) ProtoMessage() {}
 
 func (x *OfferingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	mi := &file_provider_v1_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +915,7 @@ func (x *OfferingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OfferingsResponse.ProtoReflect.Descriptor instead.
 func (*OfferingsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OfferingsResponse) GetOfferings() []*Offering {
@@ -795,7 +935,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	mi := &file_provider_v1_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +947,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	mi := &file_provider_v1_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +960,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateRequest) GetConfig() *Config {
@@ -846,7 +986,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[12]
+	mi := &file_provider_v1_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +998,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[12]
+	mi := &file_provider_v1_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1011,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateResponse) GetInstances() []*Instance {
@@ -891,7 +1031,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[13]
+	mi := &file_provider_v1_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1043,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[13]
+	mi := &file_provider_v1_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1056,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetConfig() *Config {
@@ -942,7 +1082,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[14]
+	mi := &file_provider_v1_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1094,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[14]
+	mi := &file_provider_v1_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1107,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetResponse) GetInstance() *Instance {
@@ -988,7 +1128,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[15]
+	mi := &file_provider_v1_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1140,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[15]
+	mi := &file_provider_v1_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1153,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetConfig() *Config {
@@ -1039,7 +1179,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[16]
+	mi := &file_provider_v1_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1191,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[16]
+	mi := &file_provider_v1_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1204,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetInstances() []*Instance {
@@ -1084,7 +1224,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[17]
+	mi := &file_provider_v1_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1236,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[17]
+	mi := &file_provider_v1_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1249,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteRequest) GetConfig() *Config {
@@ -1134,7 +1274,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[18]
+	mi := &file_provider_v1_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1286,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[18]
+	mi := &file_provider_v1_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1299,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{20}
 }
 
 type InterruptRequest struct {
@@ -1173,7 +1313,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[19]
+	mi := &file_provider_v1_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1325,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[19]
+	mi := &file_provider_v1_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1338,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InterruptRequest) GetConfig() *Config {
@@ -1230,7 +1370,7 @@ type InterruptResponse struct {
 
 func (x *InterruptResponse) Reset() {
 	*x = InterruptResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[20]
+	mi := &file_provider_v1_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1382,7 @@ func (x *InterruptResponse) String() string {
 func (*InterruptResponse) ProtoMessage() {}
 
 func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[20]
+	mi := &file_provider_v1_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1395,7 @@ func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptResponse.ProtoReflect.Descriptor instead.
 func (*InterruptResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{22}
 }
 
 type CheckRequest struct {
@@ -1264,14 +1404,16 @@ type CheckRequest struct {
 	// Only the cheap checks (what `fleetd apply` runs before launching).
 	Quick bool `protobuf:"varint,2,opt,name=quick,proto3" json:"quick,omitempty"`
 	// The fleet's size, for quota checks; 0 means 1.
-	TargetNodes   int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	TargetNodes int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	// The fleet uses the fast network: check what it needs.
+	Network       bool `protobuf:"varint,4,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	mi := &file_provider_v1_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1425,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[21]
+	mi := &file_provider_v1_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1438,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckRequest) GetConfig() *Config {
@@ -1320,6 +1462,101 @@ func (x *CheckRequest) GetTargetNodes() int32 {
 	return 0
 }
 
+func (x *CheckRequest) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
+}
+
+type ReleaseNetworkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *Config                `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseNetworkRequest) Reset() {
+	*x = ReleaseNetworkRequest{}
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseNetworkRequest) ProtoMessage() {}
+
+func (x *ReleaseNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseNetworkRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReleaseNetworkRequest) GetConfig() *Config {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ReleaseNetworkRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type ReleaseNetworkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseNetworkResponse) Reset() {
+	*x = ReleaseNetworkResponse{}
+	mi := &file_provider_v1_provider_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseNetworkResponse) ProtoMessage() {}
+
+func (x *ReleaseNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseNetworkResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{25}
+}
+
 type CheckResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Check string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
@@ -1334,7 +1571,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_provider_v1_provider_proto_msgTypes[22]
+	mi := &file_provider_v1_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1583,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[22]
+	mi := &file_provider_v1_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1596,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckResult) GetCheck() string {
@@ -1406,7 +1643,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[23]
+	mi := &file_provider_v1_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1655,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[23]
+	mi := &file_provider_v1_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1668,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckResponse) GetResults() []*CheckResult {
@@ -1461,7 +1698,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	mi := &file_provider_v1_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1710,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	mi := &file_provider_v1_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1723,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1540,7 +1777,7 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fConfigSchema\x12=\n" +
 	"\n" +
 	"attributes\x18\x01 \x03(\v2\x1d.fleetd.provider.v1.AttributeR\n" +
-	"attributes\"\x92\x04\n" +
+	"attributes\"\xcd\x04\n" +
 	"\bOffering\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1559,13 +1796,29 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x14placement_score_note\x18\r \x01(\tR\x12placementScoreNote\x12\x12\n" +
 	"\x04arch\x18\x0e \x01(\tR\x04arch\x12!\n" +
 	"\fprice_source\x18\x0f \x01(\tR\vpriceSource\x12:\n" +
-	"\vprice_as_of\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tpriceAsOf\"\xa3\x02\n" +
+	"\vprice_as_of\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tpriceAsOf\x129\n" +
+	"\anetwork\x18\x11 \x01(\v2\x1f.fleetd.provider.v1.NetworkInfoR\anetwork\"l\n" +
+	"\vNetworkInfo\x12\x16\n" +
+	"\x06fabric\x18\x01 \x01(\tR\x06fabric\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x02 \x01(\x05R\n" +
+	"interfaces\x12%\n" +
+	"\x0ebandwidth_gbps\x18\x03 \x01(\x01R\rbandwidthGbps\"\xce\x01\n" +
+	"\x0eNetworkRequest\x12\x16\n" +
+	"\x06fabric\x18\x01 \x01(\bR\x06fabric\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12P\n" +
+	"\n" +
+	"group_tags\x18\x03 \x03(\v21.fleetd.provider.v1.NetworkRequest.GroupTagsEntryR\tgroupTags\x1a<\n" +
+	"\x0eGroupTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x02\n" +
 	"\rLaunchRequest\x128\n" +
 	"\boffering\x18\x01 \x01(\v2\x1c.fleetd.provider.v1.OfferingR\boffering\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1b\n" +
 	"\tuser_data\x18\x03 \x01(\tR\buserData\x12?\n" +
 	"\x04tags\x18\x04 \x03(\v2+.fleetd.provider.v1.LaunchRequest.TagsEntryR\x04tags\x12+\n" +
-	"\x11idempotency_token\x18\x05 \x01(\tR\x10idempotencyToken\x1a7\n" +
+	"\x11idempotency_token\x18\x05 \x01(\tR\x10idempotencyToken\x12<\n" +
+	"\anetwork\x18\x06 \x01(\v2\".fleetd.provider.v1.NetworkRequestR\anetwork\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
@@ -1621,11 +1874,16 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x128\n" +
 	"\x04info\x18\x03 \x01(\v2$.fleetd.provider.v1.InterruptionInfoR\x04info\"\x13\n" +
-	"\x11InterruptResponse\"{\n" +
+	"\x11InterruptResponse\"\x95\x01\n" +
 	"\fCheckRequest\x122\n" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
 	"\x05quick\x18\x02 \x01(\bR\x05quick\x12!\n" +
-	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\"{\n" +
+	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\x12\x18\n" +
+	"\anetwork\x18\x04 \x01(\bR\anetwork\"a\n" +
+	"\x15ReleaseNetworkRequest\x122\n" +
+	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\x18\n" +
+	"\x16ReleaseNetworkResponse\"{\n" +
 	"\vCheckResult\x12\x14\n" +
 	"\x05check\x18\x01 \x01(\tR\x05check\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
@@ -1640,7 +1898,7 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\boffering\x18\x03 \x01(\tR\boffering\x12:\n" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage2\x8c\x05\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage2\xf5\x05\n" +
 	"\bProvider\x12I\n" +
 	"\x04Info\x12\x1f.fleetd.provider.v1.InfoRequest\x1a .fleetd.provider.v1.InfoResponse\x12X\n" +
 	"\tOfferings\x12$.fleetd.provider.v1.OfferingsRequest\x1a%.fleetd.provider.v1.OfferingsResponse\x12O\n" +
@@ -1649,7 +1907,8 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x04List\x12\x1f.fleetd.provider.v1.ListRequest\x1a .fleetd.provider.v1.ListResponse\x12O\n" +
 	"\x06Delete\x12!.fleetd.provider.v1.DeleteRequest\x1a\".fleetd.provider.v1.DeleteResponse\x12X\n" +
 	"\tInterrupt\x12$.fleetd.provider.v1.InterruptRequest\x1a%.fleetd.provider.v1.InterruptResponse\x12L\n" +
-	"\x05Check\x12 .fleetd.provider.v1.CheckRequest\x1a!.fleetd.provider.v1.CheckResponseB?Z=github.com/fleetd/fleetd/plugins/proto/provider/v1;providerv1b\x06proto3"
+	"\x05Check\x12 .fleetd.provider.v1.CheckRequest\x1a!.fleetd.provider.v1.CheckResponse\x12g\n" +
+	"\x0eReleaseNetwork\x12).fleetd.provider.v1.ReleaseNetworkRequest\x1a*.fleetd.provider.v1.ReleaseNetworkResponseB?Z=github.com/fleetd/fleetd/plugins/proto/provider/v1;providerv1b\x06proto3"
 
 var (
 	file_provider_v1_provider_proto_rawDescOnce sync.Once
@@ -1663,88 +1922,99 @@ func file_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_provider_v1_provider_proto_rawDescData
 }
 
-var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_provider_v1_provider_proto_goTypes = []any{
-	(*Config)(nil),                // 0: fleetd.provider.v1.Config
-	(*Attribute)(nil),             // 1: fleetd.provider.v1.Attribute
-	(*ConfigSchema)(nil),          // 2: fleetd.provider.v1.ConfigSchema
-	(*Offering)(nil),              // 3: fleetd.provider.v1.Offering
-	(*LaunchRequest)(nil),         // 4: fleetd.provider.v1.LaunchRequest
-	(*InterruptionInfo)(nil),      // 5: fleetd.provider.v1.InterruptionInfo
-	(*Instance)(nil),              // 6: fleetd.provider.v1.Instance
-	(*InfoRequest)(nil),           // 7: fleetd.provider.v1.InfoRequest
-	(*InfoResponse)(nil),          // 8: fleetd.provider.v1.InfoResponse
-	(*OfferingsRequest)(nil),      // 9: fleetd.provider.v1.OfferingsRequest
-	(*OfferingsResponse)(nil),     // 10: fleetd.provider.v1.OfferingsResponse
-	(*CreateRequest)(nil),         // 11: fleetd.provider.v1.CreateRequest
-	(*CreateResponse)(nil),        // 12: fleetd.provider.v1.CreateResponse
-	(*GetRequest)(nil),            // 13: fleetd.provider.v1.GetRequest
-	(*GetResponse)(nil),           // 14: fleetd.provider.v1.GetResponse
-	(*ListRequest)(nil),           // 15: fleetd.provider.v1.ListRequest
-	(*ListResponse)(nil),          // 16: fleetd.provider.v1.ListResponse
-	(*DeleteRequest)(nil),         // 17: fleetd.provider.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 18: fleetd.provider.v1.DeleteResponse
-	(*InterruptRequest)(nil),      // 19: fleetd.provider.v1.InterruptRequest
-	(*InterruptResponse)(nil),     // 20: fleetd.provider.v1.InterruptResponse
-	(*CheckRequest)(nil),          // 21: fleetd.provider.v1.CheckRequest
-	(*CheckResult)(nil),           // 22: fleetd.provider.v1.CheckResult
-	(*CheckResponse)(nil),         // 23: fleetd.provider.v1.CheckResponse
-	(*ErrorDetail)(nil),           // 24: fleetd.provider.v1.ErrorDetail
-	nil,                           // 25: fleetd.provider.v1.LaunchRequest.TagsEntry
-	nil,                           // 26: fleetd.provider.v1.Instance.TagsEntry
-	nil,                           // 27: fleetd.provider.v1.ListRequest.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*Config)(nil),                 // 0: fleetd.provider.v1.Config
+	(*Attribute)(nil),              // 1: fleetd.provider.v1.Attribute
+	(*ConfigSchema)(nil),           // 2: fleetd.provider.v1.ConfigSchema
+	(*Offering)(nil),               // 3: fleetd.provider.v1.Offering
+	(*NetworkInfo)(nil),            // 4: fleetd.provider.v1.NetworkInfo
+	(*NetworkRequest)(nil),         // 5: fleetd.provider.v1.NetworkRequest
+	(*LaunchRequest)(nil),          // 6: fleetd.provider.v1.LaunchRequest
+	(*InterruptionInfo)(nil),       // 7: fleetd.provider.v1.InterruptionInfo
+	(*Instance)(nil),               // 8: fleetd.provider.v1.Instance
+	(*InfoRequest)(nil),            // 9: fleetd.provider.v1.InfoRequest
+	(*InfoResponse)(nil),           // 10: fleetd.provider.v1.InfoResponse
+	(*OfferingsRequest)(nil),       // 11: fleetd.provider.v1.OfferingsRequest
+	(*OfferingsResponse)(nil),      // 12: fleetd.provider.v1.OfferingsResponse
+	(*CreateRequest)(nil),          // 13: fleetd.provider.v1.CreateRequest
+	(*CreateResponse)(nil),         // 14: fleetd.provider.v1.CreateResponse
+	(*GetRequest)(nil),             // 15: fleetd.provider.v1.GetRequest
+	(*GetResponse)(nil),            // 16: fleetd.provider.v1.GetResponse
+	(*ListRequest)(nil),            // 17: fleetd.provider.v1.ListRequest
+	(*ListResponse)(nil),           // 18: fleetd.provider.v1.ListResponse
+	(*DeleteRequest)(nil),          // 19: fleetd.provider.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 20: fleetd.provider.v1.DeleteResponse
+	(*InterruptRequest)(nil),       // 21: fleetd.provider.v1.InterruptRequest
+	(*InterruptResponse)(nil),      // 22: fleetd.provider.v1.InterruptResponse
+	(*CheckRequest)(nil),           // 23: fleetd.provider.v1.CheckRequest
+	(*ReleaseNetworkRequest)(nil),  // 24: fleetd.provider.v1.ReleaseNetworkRequest
+	(*ReleaseNetworkResponse)(nil), // 25: fleetd.provider.v1.ReleaseNetworkResponse
+	(*CheckResult)(nil),            // 26: fleetd.provider.v1.CheckResult
+	(*CheckResponse)(nil),          // 27: fleetd.provider.v1.CheckResponse
+	(*ErrorDetail)(nil),            // 28: fleetd.provider.v1.ErrorDetail
+	nil,                            // 29: fleetd.provider.v1.NetworkRequest.GroupTagsEntry
+	nil,                            // 30: fleetd.provider.v1.LaunchRequest.TagsEntry
+	nil,                            // 31: fleetd.provider.v1.Instance.TagsEntry
+	nil,                            // 32: fleetd.provider.v1.ListRequest.TagsEntry
+	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
 }
 var file_provider_v1_provider_proto_depIdxs = []int32{
 	1,  // 0: fleetd.provider.v1.ConfigSchema.attributes:type_name -> fleetd.provider.v1.Attribute
-	28, // 1: fleetd.provider.v1.Offering.price_as_of:type_name -> google.protobuf.Timestamp
-	3,  // 2: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
-	25, // 3: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
-	28, // 4: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 5: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
-	26, // 6: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
-	28, // 7: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
-	2,  // 9: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
-	29, // 10: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
-	0,  // 11: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
-	3,  // 12: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
-	0,  // 13: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
-	4,  // 14: fleetd.provider.v1.CreateRequest.request:type_name -> fleetd.provider.v1.LaunchRequest
-	6,  // 15: fleetd.provider.v1.CreateResponse.instances:type_name -> fleetd.provider.v1.Instance
-	0,  // 16: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
-	6,  // 17: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
-	0,  // 18: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
-	27, // 19: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
-	6,  // 20: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
-	0,  // 21: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
-	0,  // 22: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
-	5,  // 23: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
-	0,  // 24: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
-	22, // 25: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
-	29, // 26: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	7,  // 27: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
-	9,  // 28: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
-	11, // 29: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
-	13, // 30: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
-	15, // 31: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
-	17, // 32: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
-	19, // 33: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
-	21, // 34: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
-	8,  // 35: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
-	10, // 36: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
-	12, // 37: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
-	14, // 38: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
-	16, // 39: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
-	18, // 40: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
-	20, // 41: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
-	23, // 42: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
-	35, // [35:43] is the sub-list for method output_type
-	27, // [27:35] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	33, // 1: fleetd.provider.v1.Offering.price_as_of:type_name -> google.protobuf.Timestamp
+	4,  // 2: fleetd.provider.v1.Offering.network:type_name -> fleetd.provider.v1.NetworkInfo
+	29, // 3: fleetd.provider.v1.NetworkRequest.group_tags:type_name -> fleetd.provider.v1.NetworkRequest.GroupTagsEntry
+	3,  // 4: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
+	30, // 5: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
+	5,  // 6: fleetd.provider.v1.LaunchRequest.network:type_name -> fleetd.provider.v1.NetworkRequest
+	33, // 7: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 8: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
+	31, // 9: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
+	33, // 10: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
+	7,  // 11: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
+	2,  // 12: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
+	34, // 13: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
+	0,  // 14: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
+	3,  // 15: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
+	0,  // 16: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
+	6,  // 17: fleetd.provider.v1.CreateRequest.request:type_name -> fleetd.provider.v1.LaunchRequest
+	8,  // 18: fleetd.provider.v1.CreateResponse.instances:type_name -> fleetd.provider.v1.Instance
+	0,  // 19: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
+	8,  // 20: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
+	0,  // 21: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
+	32, // 22: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
+	8,  // 23: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
+	0,  // 24: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
+	0,  // 25: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
+	7,  // 26: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
+	0,  // 27: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
+	0,  // 28: fleetd.provider.v1.ReleaseNetworkRequest.config:type_name -> fleetd.provider.v1.Config
+	26, // 29: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
+	34, // 30: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	9,  // 31: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
+	11, // 32: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
+	13, // 33: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
+	15, // 34: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
+	17, // 35: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
+	19, // 36: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
+	21, // 37: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
+	23, // 38: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
+	24, // 39: fleetd.provider.v1.Provider.ReleaseNetwork:input_type -> fleetd.provider.v1.ReleaseNetworkRequest
+	10, // 40: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
+	12, // 41: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
+	14, // 42: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
+	16, // 43: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
+	18, // 44: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
+	20, // 45: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
+	22, // 46: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
+	27, // 47: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
+	25, // 48: fleetd.provider.v1.Provider.ReleaseNetwork:output_type -> fleetd.provider.v1.ReleaseNetworkResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_provider_v1_provider_proto_init() }
@@ -1758,7 +2028,7 @@ func file_provider_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_v1_provider_proto_rawDesc), len(file_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

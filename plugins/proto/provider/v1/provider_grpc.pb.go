@@ -30,14 +30,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Provider_Info_FullMethodName      = "/fleetd.provider.v1.Provider/Info"
-	Provider_Offerings_FullMethodName = "/fleetd.provider.v1.Provider/Offerings"
-	Provider_Create_FullMethodName    = "/fleetd.provider.v1.Provider/Create"
-	Provider_Get_FullMethodName       = "/fleetd.provider.v1.Provider/Get"
-	Provider_List_FullMethodName      = "/fleetd.provider.v1.Provider/List"
-	Provider_Delete_FullMethodName    = "/fleetd.provider.v1.Provider/Delete"
-	Provider_Interrupt_FullMethodName = "/fleetd.provider.v1.Provider/Interrupt"
-	Provider_Check_FullMethodName     = "/fleetd.provider.v1.Provider/Check"
+	Provider_Info_FullMethodName           = "/fleetd.provider.v1.Provider/Info"
+	Provider_Offerings_FullMethodName      = "/fleetd.provider.v1.Provider/Offerings"
+	Provider_Create_FullMethodName         = "/fleetd.provider.v1.Provider/Create"
+	Provider_Get_FullMethodName            = "/fleetd.provider.v1.Provider/Get"
+	Provider_List_FullMethodName           = "/fleetd.provider.v1.Provider/List"
+	Provider_Delete_FullMethodName         = "/fleetd.provider.v1.Provider/Delete"
+	Provider_Interrupt_FullMethodName      = "/fleetd.provider.v1.Provider/Interrupt"
+	Provider_Check_FullMethodName          = "/fleetd.provider.v1.Provider/Check"
+	Provider_ReleaseNetwork_FullMethodName = "/fleetd.provider.v1.Provider/ReleaseNetwork"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -61,6 +62,10 @@ type ProviderClient interface {
 	// permissions, images, networks and quotas for a provider block without
 	// launching anything. Optional: UNIMPLEMENTED when the provider has none.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// ReleaseNetwork deletes the placement groups / resource policies a
+	// destroyed fleet's launches created under NetworkRequest.group.
+	// Optional: UNIMPLEMENTED when the provider creates none.
+	ReleaseNetwork(ctx context.Context, in *ReleaseNetworkRequest, opts ...grpc.CallOption) (*ReleaseNetworkResponse, error)
 }
 
 type providerClient struct {
@@ -151,6 +156,16 @@ func (c *providerClient) Check(ctx context.Context, in *CheckRequest, opts ...gr
 	return out, nil
 }
 
+func (c *providerClient) ReleaseNetwork(ctx context.Context, in *ReleaseNetworkRequest, opts ...grpc.CallOption) (*ReleaseNetworkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseNetworkResponse)
+	err := c.cc.Invoke(ctx, Provider_ReleaseNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -172,6 +187,10 @@ type ProviderServer interface {
 	// permissions, images, networks and quotas for a provider block without
 	// launching anything. Optional: UNIMPLEMENTED when the provider has none.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// ReleaseNetwork deletes the placement groups / resource policies a
+	// destroyed fleet's launches created under NetworkRequest.group.
+	// Optional: UNIMPLEMENTED when the provider creates none.
+	ReleaseNetwork(context.Context, *ReleaseNetworkRequest) (*ReleaseNetworkResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -205,6 +224,9 @@ func (UnimplementedProviderServer) Interrupt(context.Context, *InterruptRequest)
 }
 func (UnimplementedProviderServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedProviderServer) ReleaseNetwork(context.Context, *ReleaseNetworkRequest) (*ReleaseNetworkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseNetwork not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -371,6 +393,24 @@ func _Provider_Check_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_ReleaseNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseNetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).ReleaseNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_ReleaseNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).ReleaseNetwork(ctx, req.(*ReleaseNetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -409,6 +449,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _Provider_Check_Handler,
+		},
+		{
+			MethodName: "ReleaseNetwork",
+			Handler:    _Provider_ReleaseNetwork_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
