@@ -301,7 +301,7 @@ func TestWarmStartErrorsAreTheScripts(t *testing.T) {
 						t.Errorf("started warm=%v, want %v", w.warm, tt.wantWarm)
 					}
 					if tt.agentLog != "" {
-						waitFor(t, 10*time.Second, "the agent's log line", func() bool { return strings.Contains(alog.String(), tt.agentLog) })
+						waitFor(t, 30*time.Second, "the agent's log line", func() bool { return strings.Contains(alog.String(), tt.agentLog) })
 					}
 				}
 				got[warm] = l[0]

@@ -216,8 +216,19 @@ func TestCheckpointsTravel(t *testing.T) {
 	if out, _, _ := d.cli(t, bin, "status", "-json", "travel"); v.Validate([]byte(out)) != nil {
 		t.Fatalf("status -json travel does not match the API schema: %v\n%s", v.Validate([]byte(out)), out)
 	}
-	out, _, _ := d.cli(t, bin, "events")
-	for _, want := range []string{"checkpoint.uploaded", "checkpoint.restored", fmt.Sprintf("restored checkpoint step %d before starting its workers", latest), "checkpoint.pruned"} {
+	// The prune follows the upload and reaches the daemon with the node's
+	// next checkpoint report: wait for it as for the store below.
+	wantEvents := []string{"checkpoint.uploaded", "checkpoint.restored", fmt.Sprintf("restored checkpoint step %d before starting its workers", latest), "checkpoint.pruned"}
+	var out string
+	evDeadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ = d.cli(t, bin, "events")
+		if !slices.ContainsFunc(wantEvents, func(w string) bool { return !strings.Contains(out, w) }) || time.Now().After(evDeadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, want := range wantEvents {
 		if !strings.Contains(out, want) {
 			t.Errorf("events lack %q", want)
 		}
