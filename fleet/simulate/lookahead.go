@@ -116,7 +116,9 @@ func (op *optimizer) lookahead(mkt *sim.Market, start time.Time, job Job, gang i
 		if x.cur.ids != nil {
 			s = x.cur.mode + 1
 		}
-		a := action{mode: 0, c: gr.c0} // past the planner's grid: on-demand
+		// Past the planner's grid (late, or the work never fitted): keep
+		// what works, else on-demand.
+		a := action{mode: max(s-1, 0)}
 		if gr.ok && t < gr.H {
 			if t >= next || t > pl.k {
 				op.plan(gr, t, min(t+hT, gr.H-1))
