@@ -19,15 +19,14 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/driver"
 	"github.com/fleetd/fleetd/bench/internal/report"
 )
 
@@ -94,10 +93,8 @@ type system interface {
 	stop()
 }
 
-type note struct {
-	At   time.Time
-	What string
-}
+// note is one line of a change's explanation.
+type note = driver.Note
 
 // result is one system's outcome of one scenario.
 type result struct {
@@ -108,9 +105,8 @@ type result struct {
 	fromJoin  float64 // TrainAgain from the joiner's rendezvous entry (add)
 }
 
-func say(format string, args ...any) {
-	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05.0"), fmt.Sprintf(format, args...))
-}
+// say prints a progress line with the wall-clock time.
+var say = driver.Say
 
 func main() {
 	var cfg config
@@ -130,26 +126,16 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	flag.Parse()
 
-	var err error
-	for _, p := range []*string{&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			fatal(err)
-		}
+	if err := driver.Abs(&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher); err != nil {
+		fatal(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	work, err := os.MkdirTemp("", "fleetd-bench-elastic-")
+	run, ctx, stop, err := driver.Begin("elastic", *keep)
 	if err != nil {
 		fatal(err)
 	}
-	failed := false
-	defer func() {
-		if *keep || failed {
-			fmt.Printf("elastic: logs kept in %s\n", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer stop()
+	defer run.End()
+	work := run.Work
 
 	all := map[string]map[string]map[string]result{} // size → system → scenario
 	var sizeList []string
@@ -186,12 +172,12 @@ func main() {
 			res, err := play(ctx, c, sys)
 			if err != nil {
 				say("%s: ERROR: %v", sys.name(), err)
-				failed = true
+				run.Failed = true
 			}
 			all[size][sysName] = res
 			for _, r := range res {
 				if r.missing != "" {
-					failed = true
+					run.Failed = true
 				}
 			}
 			if ctx.Err() != nil {
@@ -283,7 +269,7 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	if err != nil {
 		return res, err
 	}
-	survivors = without(nodes, v)
+	survivors = driver.Without(nodes, v)
 	t0 = time.Now()
 	say("%s: spot notice for node %s at step %d", sys.name(), v, sys.timeline().MaxStep(nodes))
 	death, known, err := sys.notice(ctx, v)
@@ -333,7 +319,7 @@ func lose(ctx context.Context, cfg config, sys system, nodes []string, scen stri
 	if err != nil {
 		return result{}, nil, time.Time{}, err
 	}
-	survivors := without(nodes, v)
+	survivors := driver.Without(nodes, v)
 	t0 := time.Now()
 	what, err := act(v)
 	if err != nil {
@@ -561,16 +547,6 @@ func table(sizes []string, all map[string]map[string]map[string]result) {
 		}
 	}
 	fmt.Println()
-}
-
-func without(list []string, x string) []string {
-	var out []string
-	for _, s := range list {
-		if s != x {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 func fatal(err error) {

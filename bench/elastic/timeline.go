@@ -304,7 +304,7 @@ func (t *Timeline) Starts(nodes []string, from, to time.Time) []note {
 					break
 				}
 			}
-			out = append(out, note{e.at(), w})
+			out = append(out, note{At: e.at(), What: w})
 		}
 	}
 	return out

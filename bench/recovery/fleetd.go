@@ -1,190 +1,53 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/fleetd/fleetd/bench/internal/devd"
-	"github.com/fleetd/fleetd/bench/internal/procs"
-	"github.com/fleetd/fleetd/fleet/api"
-	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
 // fleetdRun runs the same job under a real `fleetd serve -dev` with the
-// embedded local provider: every node is a real agent process tree (its
-// own session, address and metadata emulator) booted from the daemon's
-// cloud-init user-data. The fleet spec uses fleetd's defaults for
-// everything that affects recovery (rendezvous last_call 5 s, heartbeat
-// 2 s, dead_after 10 s; reconcile tick 2 s).
+// embedded local provider (driver.Fleetd): every node is a real agent
+// process tree (its own session, address and metadata emulator) booted
+// from the daemon's cloud-init user-data. The fleet spec uses fleetd's
+// defaults for everything that affects recovery (rendezvous last_call 5 s,
+// heartbeat 2 s, dead_after 10 s; reconcile tick 2 s).
 type fleetdRun struct {
-	cfg    config
-	dir    string
-	daemon *devd.Daemon
-	client *api.Client
+	cfg config
+	dir string
+	d   *driver.Fleetd
 
-	mu     sync.Mutex
-	tl     *Timeline
-	frozen procs.Frozen // sessions stopped by kill_silent, killed by stop
+	tl driver.Latest[*Timeline]
 }
-
-const benchFleet = "bench"
 
 func newFleetd(cfg config, dir string) *fleetdRun {
-	return &fleetdRun{cfg: cfg, dir: dir, tl: NewTimeline()}
+	f := &fleetdRun{cfg: cfg, dir: dir}
+	f.tl.Set(NewTimeline())
+	return f
 }
 
-func (f *fleetdRun) stateDir() string { return filepath.Join(f.dir, "local") }
-
-// spec is the fleet: 3 nodes of 1 GPU, min 2, the same worker command as
-// under torchrun. Three zones so that a replacement has a spot offering
-// once the lost node's offering is marked interrupted.
-func (f *fleetdRun) spec() string {
-	cmd, _ := json.Marshal(append([]string{f.cfg.python, f.cfg.script}, f.cfg.trainArgs(filepath.Join(f.dir, "ckpt"))...))
-	return fmt.Sprintf(`
-fleet %q {
-  min_nodes     = 2
-  max_nodes     = 3
-  desired_nodes = 3
-
-  node {
-    gpus      = 1
-    gpu_types = ["sim-gpu"]
-    spot      = true
-  }
-
-  placement {
-    colocate = "region"
-  }
-
-  provider "local" {
-    zones          = ["local-a", "local-b", "local-c"]
-    state_dir      = %q
-    address_prefix = "127.0.77."
-    instance_types = {
-      "sim-gpu-1" = {
-        gpus            = 1
-        gpu_type        = "sim-gpu"
-        vcpus           = 4
-        memory_gib      = 16
-        spot_price      = 0.35
-        on_demand_price = 1.10
-      }
-    }
-    notice_lead = %q
-  }
-
-  training {
-    command        = %s
-    nproc_per_node = 1
-    max_restarts   = 10
-    env = {
-      OMP_NUM_THREADS  = "1"
-      PYTHONUNBUFFERED = "1"
-    }
-  }
-}
-`, benchFleet, f.stateDir(), f.cfg.lead.String(), cmd)
+// spec is the fleet (driver.Spec), the same worker command as under
+// torchrun.
+func (f *fleetdRun) spec() driver.Spec {
+	return driver.Spec{StateDir: driver.StateDir(f.dir), AddressPrefix: "127.0.77.", Lead: f.cfg.lead,
+		Command: append([]string{f.cfg.python, f.cfg.script}, f.cfg.trainArgs(filepath.Join(f.dir, "ckpt"))...)}
 }
 
 // start runs `fleetd serve -dev` and applies the fleet.
 func (f *fleetdRun) start(ctx context.Context) error {
-	d, err := devd.Start(ctx, f.cfg.fleetd, f.dir)
-	f.daemon = d
+	d, err := driver.StartFleetd(ctx, f.cfg.fleetd, f.dir, f.spec())
+	f.d = d
 	if err != nil {
 		return err
 	}
-	f.client = d.Client
-	if _, err := f.client.Apply(ctx, api.ApplyRequest{Filename: "bench.hcl", Source: f.spec()}); err != nil {
-		return fmt.Errorf("apply: %w", err)
-	}
-	go f.follow(ctx)
+	go driver.Follow(ctx, d, NewTimeline, f.tl.Set)
 	return nil
 }
 
-// stop ends the dev daemon (which terminates its nodes) and then powers
-// off whatever node is still up.
-func (f *fleetdRun) stop() {
-	f.daemon.Stop()
-	for _, n := range f.instances() {
-		procs.KillSession(n.PID)
-	}
-	f.frozen.KillAll()
-}
-
-func (f *fleetdRun) instances() []devd.Instance { return devd.Instances(f.stateDir()) }
-
-// follow rebuilds the timeline from every node's per-round worker log
-// files (root/var/log/fleetd/round-N/rank-R.log) four times a second.
-func (f *fleetdRun) follow(ctx context.Context) {
-	for ctx.Err() == nil {
-		tl := NewTimeline()
-		for _, in := range f.instances() {
-			node := in.Tags[providers.TagNodeID]
-			rounds, _ := filepath.Glob(filepath.Join(in.Dir, "root", "var", "log", "fleetd", "round-*"))
-			sort.Slice(rounds, func(i, j int) bool { return roundNum(rounds[i]) < roundNum(rounds[j]) })
-			for _, rd := range rounds {
-				files, _ := filepath.Glob(filepath.Join(rd, "rank-*.log"))
-				sort.Strings(files)
-				for _, p := range files {
-					fh, err := os.Open(p)
-					if err != nil {
-						continue
-					}
-					sc := bufio.NewScanner(fh)
-					sc.Buffer(make([]byte, 64*1024), 1<<20)
-					for sc.Scan() {
-						tl.Add(node, sc.Text())
-					}
-					fh.Close()
-				}
-			}
-		}
-		f.mu.Lock()
-		f.tl = tl
-		f.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func roundNum(dir string) int {
-	n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "round-"))
-	return n
-}
-
-func (f *fleetdRun) timeline() *Timeline {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tl
-}
-
-// liveNodes are the fleet's nodes the daemon has running.
-func (f *fleetdRun) liveNodes(ctx context.Context) ([]string, error) {
-	det, err := f.client.Fleet(ctx, benchFleet)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range det.Nodes {
-		if n.State == "running" {
-			out = append(out, n.ID)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
+func (f *fleetdRun) timeline() *Timeline { return f.tl.Get() }
 
 func (f *fleetdRun) victim(nodes []string) (string, error) {
 	tl := f.timeline()
@@ -196,20 +59,11 @@ func (f *fleetdRun) victim(nodes []string) (string, error) {
 	return "", fmt.Errorf("no fleetd node other than rank 0's among %v", nodes)
 }
 
-func (f *fleetdRun) session(node string) (int, error) {
-	for _, in := range f.instances() {
-		if in.Tags[providers.TagNodeID] == node && in.PID > 0 {
-			return in.PID, nil
-		}
-	}
-	return 0, fmt.Errorf("no local instance for node %s", node)
-}
-
 // waitNodes waits until n nodes are running and training at world size n.
 func (f *fleetdRun) waitNodes(ctx context.Context, n int, timeout time.Duration) ([]string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		nodes, err := f.liveNodes(ctx)
+		nodes, err := f.d.Running(ctx)
 		if err == nil && len(nodes) == n && f.timeline().Steady(nodes, n, 3*time.Second, time.Now()) {
 			return nodes, nil
 		}
@@ -234,7 +88,7 @@ func (f *fleetdRun) joinedAfter(ctx context.Context, known []string, since time.
 	}
 	var from uint64
 	for time.Now().Before(deadline) {
-		resp, err := f.client.Events(ctx, from, 0, 0)
+		resp, err := f.d.Client.Events(ctx, from, 0, 0)
 		if err == nil {
 			for _, e := range resp.Events {
 				if e.Type == "rendezvous.member_joined" && !isKnown[e.Node] && !e.Time.Before(since) {
@@ -255,7 +109,11 @@ func (f *fleetdRun) joinedAfter(ctx context.Context, known []string, since time.
 // run plays the three scenarios.
 func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	res := map[string]result{}
-	defer f.stop()
+	defer func() {
+		if f.d != nil {
+			f.d.Stop()
+		}
+	}()
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := f.start(fctx); err != nil {
@@ -272,13 +130,12 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if err != nil {
 		return res, err
 	}
-	sid, err := f.session(v)
+	survivors := driver.Without(nodes, v)
+	t0 := time.Now()
+	killed, err := f.d.Kill(v)
 	if err != nil {
 		return res, err
 	}
-	survivors := without(nodes, v)
-	t0 := time.Now()
-	killed := procs.KillSession(sid)
 	say("fleetd: killed node %s (SIGKILL to its %d processes)", v, killed)
 	res[scenKill] = measure(ctx, "fleetd", scenKill, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
 	f.explain(ctx, scenKill, t0, res[scenKill])
@@ -290,7 +147,7 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if err != nil {
 		return res, err
 	}
-	in, err := devd.Find(f.stateDir(), added)
+	in, err := f.d.Find(added)
 	if err != nil {
 		return res, err
 	}
@@ -315,12 +172,10 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if err != nil {
 		return res, err
 	}
-	survivors = without(nodes, v)
+	survivors = driver.Without(nodes, v)
 	t0 = time.Now()
-	err = f.client.Do(ctx, http.MethodPost, "/v1/fleets/"+benchFleet+"/nodes/"+v+"/interrupt", nil,
-		api.InterruptRequest{Kind: "spot-interruption", Lead: f.cfg.lead}, nil)
-	if err != nil {
-		return res, fmt.Errorf("interrupt %s: %w", v, err)
+	if err := f.d.Interrupt(ctx, v, f.cfg.lead); err != nil {
+		return res, err
 	}
 	say("fleetd: spot notice injected on node %s (deadline in %s)", v, f.cfg.lead)
 	r = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
@@ -340,86 +195,31 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if v, err = f.victim(nodes); err != nil {
 		return res, err
 	}
-	if sid, err = f.session(v); err != nil {
+	if _, err = f.d.Session(v); err != nil {
 		return res, err
 	}
-	survivors = without(nodes, v)
+	survivors = driver.Without(nodes, v)
 	t0 = time.Now()
-	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.frozen.Stop(sid))
+	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.d.Silence(v))
 	res[scenKillSilent] = measure(ctx, "fleetd", scenKillSilent, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
 	f.explain(ctx, scenKillSilent, t0, res[scenKillSilent])
 	return res, nil
 }
 
 // explain prints the daemon's events (notices, node transitions,
-// rendezvous rounds) and the worker starts around a recovery.
+// rendezvous rounds), the agents' log lines and the worker starts around a
+// recovery.
 func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r result) {
-	var notes []note
-	var from uint64
-	for range 100 { // bounded: 100 pages of events
-		resp, err := f.client.Events(ctx, from, 500, 0)
-		if err != nil || len(resp.Events) == 0 {
-			break
-		}
-		for _, e := range resp.Events {
-			switch {
-			case e.Type == "notice", e.Type == "node.transition", strings.HasPrefix(e.Type, "rendezvous."):
-				notes = append(notes, note{e.Time, "daemon event " + e.Type + ": " + e.Message})
-			}
-		}
-		from = resp.Next
-	}
-	for _, in := range f.instances() {
-		notes = append(notes, agentNotes(in.Tags[providers.TagNodeID], in.AgentLog())...)
-	}
-	explain("fleetd", scen, t0, r, f.timeline(), notes)
+	explain("fleetd", scen, t0, r, f.timeline(), f.d.Notes(ctx, agentExplains))
 }
 
 // agentExplains are the agent log lines that explain a restart, with the
 // attributes shown: old workers stopped, new ones started (warm or cold),
 // the master's store up, the other nodes' wait for it, a new node's join.
-var agentExplains = []struct {
-	msg   string
-	attrs []string
-}{
-	{"workers stopped", []string{"round", "took", "sigkilled"}},
-	{"worker started", []string{"round", "rank", "warm", "warm_ready"}},
-	{"the master's store listens", []string{"round", "after"}},
-	{"waited for the master's store", []string{"round", "waited", "reason"}},
-	{"warm interpreters ready; joining the rendezvous", []string{"waited"}},
-}
-
-// agentNotes reads one node's agent log (JSON lines) for agentExplains.
-func agentNotes(node, file string) []note {
-	fh, err := os.Open(file)
-	if err != nil {
-		return nil
-	}
-	defer fh.Close()
-	var out []note
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		var l map[string]any
-		if json.Unmarshal(sc.Bytes(), &l) != nil {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
-		if err != nil {
-			continue
-		}
-		for _, x := range agentExplains {
-			if l["msg"] != x.msg {
-				continue
-			}
-			var kv []string
-			for _, a := range x.attrs {
-				if v, ok := l[a]; ok {
-					kv = append(kv, fmt.Sprintf("%s=%v", a, v))
-				}
-			}
-			out = append(out, note{at, fmt.Sprintf("agent %s: %s (%s)", node, x.msg, strings.Join(kv, " "))})
-		}
-	}
-	return out
+var agentExplains = []driver.Explain{
+	{Msg: "workers stopped", Attrs: []string{"round", "took", "sigkilled"}},
+	{Msg: "worker started", Attrs: []string{"round", "rank", "warm", "warm_ready"}},
+	{Msg: "the master's store listens", Attrs: []string{"round", "after"}},
+	{Msg: "waited for the master's store", Attrs: []string{"round", "waited", "reason"}},
+	{Msg: "warm interpreters ready; joining the rendezvous", Attrs: []string{"waited"}},
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/driver"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/local"
@@ -17,11 +18,11 @@ import (
 func TestFleetdSpec(t *testing.T) {
 	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10, lead: 30 * time.Second}
 	f := newFleetd(cfg, t.TempDir())
-	file, diags := spec.Parse("bench.hcl", []byte(f.spec()), spec.Options{Schema: func(name string) (providers.ConfigSchema, bool) {
+	file, diags := spec.Parse("bench.hcl", []byte(f.spec().HCL()), spec.Options{Schema: func(name string) (providers.ConfigSchema, bool) {
 		return local.Schema, name == local.Name
 	}})
 	if diags.HasErrors() {
-		t.Fatalf("spec does not parse: %s\n%s", diags.Error(), f.spec())
+		t.Fatalf("spec does not parse: %s\n%s", diags.Error(), f.spec().HCL())
 	}
 	fl := file.Fleets[0]
 	if fl.MinNodes != 2 || fl.MaxNodes != 3 || fl.TargetNodes() != 3 {
@@ -60,7 +61,7 @@ func TestTorchrunArgv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		argv := tr.argv(tt.node)
+		argv := tr.agent.Argv(tt.node, tr.nodes.Port())
 		has := map[string]bool{}
 		for _, a := range argv {
 			has[a] = true
@@ -94,7 +95,7 @@ not json
 	if err := os.WriteFile(file, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := agentNotes("n1", file)
+	got := driver.AgentNotes("n1", file, agentExplains)
 	want := []string{
 		"agent n1: the master's store listens (round=3 after=99ms)",
 		"agent n1: worker started (round=3 rank=1 warm=true warm_ready=false)",
@@ -110,7 +111,7 @@ not json
 	if got[0].At.Format(time.RFC3339Nano) != "2026-11-22T06:04:45.065511282Z" {
 		t.Errorf("time %v", got[0].At)
 	}
-	if agentNotes("n1", filepath.Join(t.TempDir(), "missing.log")) != nil {
+	if driver.AgentNotes("n1", filepath.Join(t.TempDir(), "missing.log"), agentExplains) != nil {
 		t.Error("notes from a missing log")
 	}
 }

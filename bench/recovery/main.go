@@ -27,14 +27,13 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/driver"
 	"github.com/fleetd/fleetd/bench/internal/report"
 )
 
@@ -109,9 +108,8 @@ func (r *result) fromEarlier(d time.Duration, name string) {
 	r.shift += d
 }
 
-func say(format string, args ...any) {
-	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05.0"), fmt.Sprintf(format, args...))
-}
+// say prints a progress line with the wall-clock time.
+var say = driver.Say
 
 // measure waits until every node in nodes runs steps in an incarnation
 // started after t0 (at world size ws when ws > 0).
@@ -145,10 +143,7 @@ func measure(ctx context.Context, sys, scen string, tl func() *Timeline, nodes [
 }
 
 // note is one line of a recovery's explanation.
-type note struct {
-	At   time.Time
-	What string
-}
+type note = driver.Note
 
 // explain prints what happened between t0 and the recovery (plus a
 // second), in time order: the system's own log lines and events (notes)
@@ -165,7 +160,7 @@ func explain(sys, scen string, t0 time.Time, r result, tl *Timeline, notes []not
 		} else {
 			w += ", no step (stopped before its first)"
 		}
-		notes = append(notes, note{s.At, w})
+		notes = append(notes, note{At: s.At, What: w})
 	}
 	sort.SliceStable(notes, func(i, j int) bool { return notes[i].At.Before(notes[j].At) })
 	for _, n := range notes {
@@ -214,29 +209,19 @@ func main() {
 		os.Exit(2)
 	}
 
-	var err error
-	for _, p := range []*string{&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			fatal(err)
-		}
+	if err := driver.Abs(&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher); err != nil {
+		fatal(err)
 	}
 	if _, err := os.Stat(cfg.script); err != nil {
 		fatal(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	work, err := os.MkdirTemp("", "fleetd-bench-recovery-")
+	run, ctx, stop, err := driver.Begin("recovery", *keep)
 	if err != nil {
 		fatal(err)
 	}
-	failedRun := false
-	defer func() {
-		if *keep || failedRun {
-			fmt.Printf("recovery: logs kept in %s\n", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer stop()
+	defer run.End()
+	work := run.Work
 
 	runs := map[string]map[string]result{} // system → scenario
 	if *only == "both" || *only == "torchrun" {
@@ -248,13 +233,13 @@ func main() {
 			if err != nil {
 				fatal(err)
 			}
-			t.dir = filepath.Join(work, t.name())
+			t.setDir(filepath.Join(work, t.name()))
 			_ = os.MkdirAll(t.dir, 0o755)
 			say("=== %s (%s; %s) ===", t.name(), cfg.python, p)
 			res, err := t.run(ctx)
 			if err != nil {
 				say("%s: ERROR: %v", t.name(), err)
-				failedRun = true
+				run.Failed = true
 			}
 			runs[t.name()] = res
 		}
@@ -269,14 +254,14 @@ func main() {
 		res, err := newFleetd(cfg, dir).run(ctx)
 		if err != nil {
 			say("fleetd: ERROR: %v", err)
-			failedRun = true
+			run.Failed = true
 		}
 		runs[sysFleetd] = res
 	}
 	for _, res := range runs {
 		for _, x := range res {
 			if x.missing != "" {
-				failedRun = true // keep the logs of a scenario that did not recover
+				run.Failed = true // keep the logs of a scenario that did not recover
 			}
 		}
 	}

@@ -43,7 +43,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	windows := fs.Int("windows", 300, "number of random start windows (ignored with -start)")
 	seed := fs.Uint64("seed", 1, "seed of the window draw")
 	zones := fs.String("zones", "", "comma-separated zones to use (default: the spec's, else every zone of the trace)")
-	policies := fs.String("policies", "", "comma-separated policies (default: all but goodput and fleetd-foresight): optimum, fleetd, up, greedy, up-1z, greedy-1z, on-demand, goodput, fleetd-foresight (a bound: knows each zone's remaining up-run), lookahead-<duration> (a bound: the optimum's DP knowing the trace that far ahead, e.g. lookahead-2h)")
+	policies := fs.String("policies", "", "comma-separated policies (default: all but goodput, fleetd-foresight and gang-dp): optimum (the lower bound), fleetd, up, greedy, up-1z, greedy-1z, on-demand, goodput, "+
+		"fleetd-foresight (not realizable: knows each zone's remaining up-run), lookahead-<duration> (not realizable: the DP knowing the trace that far ahead, run on the market, e.g. lookahead-2h), "+
+		"gang-dp (the DP for a rigid gang of max_nodes in one zone; not a lower bound when max_nodes > 1)")
 	parallel := fs.Int("parallel", 0, "windows simulated at once (default: GOMAXPROCS)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	results := fs.Bool("results", false, "with -json, include every window's result")
@@ -53,7 +55,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	noEgress := fs.Bool("no-egress", false, "hide the checkpoint's egress from placement (still charged): the comparison run for -checkpoint-gb")
 	verbose := fs.Bool("v", false, "log every run's plan actions and rounds on stderr (use with -start and few policies)")
 	jobShapes := fs.String("job-shapes", "", "comma-separated job shapes (throughput per node count, docs/sim.md): near-linear, comm-bound, knee-4; "+
-		"compares the policies (default: fleetd at max_nodes and goodput, the autoscaler) per shape")
+		"compares the policies (default: the optimum, fleetd at max_nodes and goodput, the autoscaler) per shape")
 	var work, deadline, changeover, latency, interval durationFlag
 	fs.Var(&work, "work", "job length at max_nodes (default: the spec's work)")
 	fs.Var(&deadline, "deadline", "deadline after each window's start (default: the spec's deadline minus the trace start)")
@@ -230,7 +232,7 @@ func simShapes(ctx context.Context, setup *simulate.Setup, fl *spec.Fleet, names
 		shapes = append(shapes, sh)
 	}
 	if defaultPolicies {
-		pols, _ := simulate.SelectPolicies([]string{"fleetd", "goodput"})
+		pols, _ := simulate.SelectPolicies([]string{"optimum", "fleetd", "goodput"})
 		setup.Policies = pols
 	}
 	rows, err := simulate.CompareShapes(ctx, setup, shapes)

@@ -215,6 +215,9 @@ type ScalingRow struct {
 	MeanNodes   float64 `json:"mean_nodes"`
 	SizeChanges float64 `json:"mean_size_changes"`
 	Preemptions float64 `json:"mean_preemptions"`
+	// Ratio is MeanCost over the optimum's (the lower bound), when the
+	// comparison runs it.
+	Ratio float64 `json:"ratio_to_optimum,omitempty"`
 }
 
 // CompareShapes runs the setup's policies for each job shape over the
@@ -261,6 +264,14 @@ func CompareShapes(ctx context.Context, base *Setup, shapes []Shape) ([]ScalingR
 			}
 			rows = append(rows, row)
 		}
+		shapeRows := rows[len(rows)-len(s.Policies):]
+		for _, o := range shapeRows {
+			if o.Policy == "optimum" && o.MeanCost > 0 {
+				for i := range shapeRows {
+					shapeRows[i].Ratio = shapeRows[i].MeanCost / o.MeanCost
+				}
+			}
+		}
 	}
 	return rows, nil
 }
@@ -271,15 +282,24 @@ func WriteScalingTable(w io.Writer, rows []ScalingRow, shapes []Shape, job Job, 
 	fmt.Fprintf(w, "job: %s of work at max_nodes = %d, deadline %s after the start, changeover %s; %d windows\n\n",
 		hours(job.Work), maxNodes, hours(job.Deadline), job.Changeover, windows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shape\tpolicy\tmean $\t$ per work-hour\tmean hours\tp90 hours\tmisses\tmean nodes\tsize changes\tpreemptions\t")
+	fmt.Fprintln(tw, "shape\tpolicy\tmean $\t$ per work-hour\tmean hours\tp90 hours\tmisses\tmean nodes\tsize changes\tpreemptions\t× optimum\t")
 	byShape := map[string]map[string]ScalingRow{}
 	for _, r := range rows {
 		if byShape[r.Shape] == nil {
 			byShape[r.Shape] = map[string]ScalingRow{}
 		}
 		byShape[r.Shape][r.Policy] = r
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.3f\t%.1f\t%.1f\t%d\t%.2f\t%.1f\t%.1f\t\n", r.Shape, r.Policy, r.MeanCost, r.CostPerWorkHour,
-			r.MeanHours, r.P90Hours, r.Misses, r.MeanNodes, r.SizeChanges, r.Preemptions)
+		ratio := "-"
+		if r.Ratio > 0 {
+			ratio = fmt.Sprintf("%.3f", r.Ratio)
+		}
+		if r.Policy == "optimum" || r.Policy == "gang-dp" {
+			// A bound, not a run: it has no schedule to time.
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.3f\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Shape, r.Policy, r.MeanCost, r.CostPerWorkHour, ratio)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.3f\t%.1f\t%.1f\t%d\t%.2f\t%.1f\t%.1f\t%s\t\n", r.Shape, r.Policy, r.MeanCost, r.CostPerWorkHour,
+			r.MeanHours, r.P90Hours, r.Misses, r.MeanNodes, r.SizeChanges, r.Preemptions, ratio)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -1,10 +1,12 @@
 package simulate
 
 import (
+	"context"
 	"math"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/sim"
 )
 
@@ -51,21 +53,45 @@ type lookaheadPlanner struct {
 	cache              map[tailKey]tailVal
 }
 
-// lookahead replays one window with the lookahead planner; horizon is how
-// far ahead it knows the trace, every how often it plans again (at least
-// one tick). It returns the work left undone at the deadline too (0: the
-// job finished in time).
-func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64, horizon, every time.Duration) (optimumResult, time.Duration, error) {
-	var res optimumResult
-	if job.Work <= 0 {
-		res.Feasible = true
-		return res, 0, nil
+// lookahead replays one window with the lookahead planner (pol.Planner)
+// on the same market and job model as the reconciler-driven policies.
+func (s *Setup) lookahead(op *optimizer, pol Policy, start time.Time) (Result, error) {
+	return op.lookahead(s.market, start, s.Job, max(s.Fleet.MaxNodes, 1), s.onDemandPrice(), pol.Name, pol.Lookahead, lookaheadReplan(pol.Lookahead))
+}
+
+// lookahead replays one window with the lookahead planner: horizon is
+// how far ahead it knows the trace, every how often it plans again (at
+// least every tick). The planner decides at tick boundaries in the DP's
+// terms — wait, keep working, start or switch to a mode (a gang of gang
+// nodes on on-demand, or on spot in one zone) — and its decisions are
+// carried out on the simulated market (providers/sim) under the job model
+// of the reconciler-driven runs (runner): the gang's instances are billed
+// from launch to deletion at the trace's prices, join after the launch
+// latency and work from changeover + restore after the launch; a switch
+// keeps the old gang working until the new one joins; a capacity drop
+// ends the gang's work at the tick boundary (its instances are deleted);
+// each node's restore is charged its egress. So its cost is measured as
+// the policies' costs are, not on the DP's relaxed tables; the planner
+// plans on pessimistic tables (tables) so that its plans fit in time.
+func (op *optimizer) lookahead(mkt *sim.Market, start time.Time, job Job, gang int, od float64, name string, horizon, every time.Duration) (Result, error) {
+	res := Result{Policy: name, Start: start}
+	gr, err := op.tables(mkt.Offers, start, job, gang, od*float64(gang), true)
+	if err != nil {
+		return res, err
 	}
-	gr, err := op.tables(offers, start, job, gang, odPrice)
-	if err != nil || !gr.ok {
-		return res, 0, err
+	g := mkt.Offers[0].Series.Tick
+	x := &laExec{job: job, gang: gang, now: start, res: &res, cur: laGang{mode: -1}}
+	x.prov = sim.New(sim.Options{Now: func() time.Time { return x.now }, Trace: mkt.Trace, Market: mkt})
+	x.offerings = make([]providers.Offering, len(mkt.Offers)+1)
+	cheapest := mkt.Offers[0]
+	for k, o := range mkt.Offers {
+		x.offerings[k+1] = o.Spot
+		if o.Meta.OnDemandPrice < cheapest.Meta.OnDemandPrice {
+			cheapest = o
+		}
 	}
-	g := offers[0].Series.Tick
+	x.offerings[0] = cheapest.OnDemand
+	deadline, hardEnd := start.Add(job.Deadline), start.Add(job.Deadline+job.Work)
 	hT := int(horizon / g)
 	r := max(int(every/g), 1)
 	pl := &op.la
@@ -73,90 +99,201 @@ func (op *optimizer) lookahead(offers []*sim.Offer, start time.Time, job Job, ga
 	if len(pl.cache) > 1<<16 {
 		clear(pl.cache)
 	}
-	H, W := gr.H, gr.W
-	t, p, s := 0, 0, stateIdle
 	next := 0
-	lastMode := -1 // mode of the previous segment, for migrations
-	segEnd := -1   // last work tick of the current warm segment
-	addHours := func(m int, h float64) {
-		if m == 0 {
-			res.OnDemandHours += h
-		} else {
-			res.SpotHours += h
+	for t := 0; ; t++ {
+		T := start.Add(time.Duration(t) * g)
+		if x.advance(T); x.finished || !T.Before(hardEnd) {
+			break
 		}
-	}
-	// endSegment closes the warm segment on mode m whose last work tick
-	// was segEnd: a spot run whose capacity is gone at the next tick was
-	// preempted.
-	endSegment := func(m int) {
-		if m > 0 && segEnd >= 0 && !op.avail[m][segEnd+1] {
-			res.Preemptions++
+		x.notices()
+		if x.cur.ids != nil && x.cur.productive.After(T) {
+			continue // in its changeover: the start is committed
 		}
-	}
-	begin := func(m int) {
-		res.Restarts++
-		addHours(m, job.Changeover.Hours())
-		if lastMode >= 0 && lastMode != m {
-			res.Migrations++
+		// The planner's state: whole ticks of work done (it may be ahead
+		// of the plan, never behind: the tables are pessimistic).
+		p := min(int(x.done/g), gr.W-1)
+		s := stateIdle
+		if x.cur.ids != nil {
+			s = x.cur.mode + 1
 		}
-		lastMode = m
-	}
-	for p < W && t < H {
-		if t >= next || t > pl.k {
-			op.plan(gr, t, min(t+hT, H-1))
-			next = t + r
-		}
-		a := op.choose(gr, t, p, s)
-		frac := 1.0
-		if p+1 == W {
-			frac = gr.last
+		// Past the planner's grid (late, or the work never fitted): keep
+		// what works, else on-demand.
+		a := action{mode: max(s-1, 0)}
+		if gr.ok && t < gr.H {
+			if t >= next || t > pl.k {
+				op.plan(gr, t, min(t+hT, gr.H-1))
+				next = t + r
+			}
+			var v float64
+			if a, v = op.choose(gr, t, p, s); math.IsInf(v, 1) {
+				a = action{mode: 0} // no plan fits: on-demand
+			}
 		}
 		switch {
-		case a.mode < 0: // wait, or stop
-			if s != stateIdle {
-				endSegment(s - 1)
+		case a.mode < 0:
+			x.stop()
+		case a.mode == s-1:
+		default:
+			if !x.begin(a.mode) {
+				next = t + 1 // no capacity after all: plan again
 			}
-			s = stateIdle
-			t++
-		case a.mode == s-1: // keep working
-			m := a.mode
-			if !op.avail[m][t] {
-				// Not while the planner knows tick t (t ≤ k); kept so
-				// that no plan ever works on capacity that is gone.
-				next = t
-				continue
-			}
-			res.Cost += op.step[m][t] * frac
-			addHours(m, gr.tickH)
-			segEnd = t
-			t, p = t+1, p+1
-		default: // start, or switch from a warm mode
-			m, c := a.mode, a.c
-			if s != stateIdle {
-				endSegment(s - 1)
-			}
-			begin(m)
-			res.Cost += op.change[m][t]
-			if int(op.run[m][t]) < c+1 {
-				// The capacity goes during the changeover: its money is
-				// spent, the job is idle again when it goes.
-				res.Preemptions++
-				t += int(op.run[m][t])
-				s, next = stateIdle, t
-				continue
-			}
-			res.Cost += op.step[m][t+c] * frac
-			addHours(m, gr.tickH)
-			segEnd = t + c
-			t, p, s = t+c+1, p+1, m+1
 		}
 	}
-	res.Feasible = true
-	var undone time.Duration
-	if p < W {
-		undone = time.Duration((float64(W-p-1) + gr.last) * float64(g))
+	x.advance(x.now) // nothing left to do: delete what is left
+	x.teardown()
+	u := x.prov.Usage()
+	res.Cost = u.Cost() + res.EgressCost
+	res.SpotCost, res.OnDemandCost = u.SpotCost, u.OnDemandCost
+	res.SpotHours, res.OnDemandHours = u.SpotHours, u.OnDemandHours
+	res.Preemptions = u.Preemptions
+	end := x.now
+	if x.finished {
+		end = x.finishedAt
 	}
-	return res, undone, nil
+	res.Elapsed, res.Done = end.Sub(start), x.done
+	res.Missed = !x.finished || x.finishedAt.After(deadline)
+	return res, nil
+}
+
+// laGang is a gang of instances on one mode (0 on-demand, k+1 spot offer k).
+type laGang struct {
+	ids  []string
+	mode int
+	// productive is when it starts working (cur); until is when it stops
+	// (old: the new gang joins).
+	productive, until time.Time
+}
+
+// laExec carries out the lookahead planner's decisions on the market.
+type laExec struct {
+	prov       *sim.Provider
+	offerings  []providers.Offering // by mode
+	job        Job
+	gang       int
+	now        time.Time
+	cur, old   laGang
+	lastMode   int
+	started    bool
+	done       time.Duration
+	finished   bool
+	finishedAt time.Time
+	res        *Result
+}
+
+// advance lets the job work until to (the current gang from its
+// productive time, the old one until its until), ending the old gang at
+// its until and everything when the work is done.
+func (x *laExec) advance(to time.Time) {
+	for !x.finished && x.now.Before(to) {
+		a, b := x.now, to
+		working := false
+		switch {
+		case x.old.ids != nil:
+			b = minTime(b, x.old.until)
+			working = true
+		case x.cur.ids != nil && !x.cur.productive.After(a):
+			working = true
+		case x.cur.ids != nil && x.cur.productive.Before(b):
+			b = x.cur.productive
+		}
+		if working {
+			if left := x.job.Work - x.done; b.Sub(a) >= left {
+				x.done, x.finished, x.finishedAt = x.job.Work, true, a.Add(left)
+				x.now = x.finishedAt
+				x.teardown()
+				return
+			}
+			x.done += b.Sub(a)
+		}
+		x.now = b
+		if x.old.ids != nil && !x.old.until.After(x.now) {
+			x.end(&x.old)
+		}
+	}
+	x.now = maxTime(x.now, to)
+}
+
+// notices ends the gangs of which an instance got a capacity notice now:
+// the gang cannot work without it.
+func (x *laExec) notices() {
+	insts, _ := x.prov.List(context.Background(), providers.Config{}, nil)
+	hit := map[string]bool{}
+	for _, in := range insts {
+		if in.Interruption != nil {
+			hit[in.ID] = true
+		}
+	}
+	for _, gg := range []*laGang{&x.cur, &x.old} {
+		for _, id := range gg.ids {
+			if hit[id] {
+				x.end(gg)
+				break
+			}
+		}
+	}
+}
+
+// begin launches a gang on mode m now (after the old one stops, if any
+// works): false when the market has no capacity for it.
+func (x *laExec) begin(m int) bool {
+	o := x.offerings[m]
+	created, err := x.prov.Create(context.Background(), providers.Config{}, providers.LaunchRequest{Offering: o, Count: x.gang})
+	if err != nil {
+		return false
+	}
+	if x.cur.ids != nil {
+		x.end(&x.old)
+		x.old = x.cur
+		x.old.until = x.now.Add(x.job.LaunchLatency)
+		if x.cur.productive.After(x.now) {
+			x.end(&x.old) // not working yet: nothing to keep
+		}
+	}
+	x.cur = laGang{mode: m, productive: x.now.Add(x.job.Changeover + x.job.restoreTime())}
+	for _, in := range created {
+		x.cur.ids = append(x.cur.ids, in.ID)
+		cost, cross, _, _ := x.job.restoreEgress(o)
+		x.res.EgressCost += cost
+		if cross {
+			x.res.CrossRegionRestores++
+		}
+	}
+	x.res.Restarts++
+	if x.started && x.lastMode != m {
+		x.res.Migrations++
+	}
+	x.started, x.lastMode = true, m
+	return true
+}
+
+// stop ends the current gang now.
+func (x *laExec) stop() { x.end(&x.cur) }
+
+// end deletes a gang's instances now.
+func (x *laExec) end(gg *laGang) {
+	for _, id := range gg.ids {
+		_ = x.prov.Delete(context.Background(), providers.Config{}, id)
+	}
+	*gg = laGang{mode: -1}
+}
+
+func (x *laExec) teardown() {
+	x.end(&x.old)
+	x.end(&x.cur)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // action is what the planner does at one tick: mode −1 waits (or stops),
@@ -395,7 +532,7 @@ func (op *optimizer) value(gr grid, t, p, s int) float64 {
 
 // choose is the planner's action at tick t, from the last plan: the
 // cheapest, preferring work now over work later when they cost the same.
-func (op *optimizer) choose(gr grid, t, p, s int) action {
+func (op *optimizer) choose(gr grid, t, p, s int) (action, float64) {
 	pl := &op.la
 	frac := 1.0
 	if p+1 == gr.W {
@@ -421,5 +558,5 @@ func (op *optimizer) choose(gr grid, t, p, s int) action {
 		}
 	}
 	consider(op.value(gr, t+1, p, stateIdle), action{mode: -1})
-	return a
+	return a, best
 }

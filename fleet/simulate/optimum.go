@@ -78,7 +78,7 @@ func (op *optimizer) solve(offers []*sim.Offer, start time.Time, job Job, gang i
 		res.Feasible = true
 		return res, nil
 	}
-	gr, err := op.tables(offers, start, job, gang, odPrice)
+	gr, err := op.tables(offers, start, job, gang, odPrice, false)
 	if err != nil || !gr.ok {
 		return res, err
 	}
@@ -292,7 +292,11 @@ type grid struct {
 // tables fills op's per-mode, per-tick tables of the window (mode 0 is
 // on-demand, mode k+1 the spot offer k): availability for the gang, run
 // lengths, raw prices, the price of one tick of work and of a changeover.
-func (op *optimizer) tables(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64) (grid, error) {
+// Relaxed for the optimum; pessimistic for the lookahead planner, whose
+// plans meet the simulated market: the horizon is the last whole tick
+// before the deadline and a changeover (with the checkpoint's restore)
+// takes whole ticks rounded up, so that a plan that fits fits in time.
+func (op *optimizer) tables(offers []*sim.Offer, start time.Time, job Job, gang int, odPrice float64, pessimistic bool) (grid, error) {
 	var gr grid
 	if len(offers) > 250 {
 		return gr, errors.New("optimum: more than 250 zones") // back-pointers are bytes
@@ -315,6 +319,12 @@ func (op *optimizer) tables(offers []*sim.Offer, start time.Time, job Job, gang 
 	cf := float64(job.Changeover) / float64(g)
 	c0 := int(math.Floor(cf + 1e-9))
 	c1 := int(math.Floor(float64(job.Changeover-job.LaunchLatency)/float64(g) + 1e-9))
+	if pessimistic {
+		H = int(math.Floor(float64(job.Deadline)/float64(g) + 1e-9))
+		d := job.Changeover + job.restoreTime()
+		c0 = int(math.Ceil(float64(d)/float64(g) - 1e-9))
+		c1 = int(math.Ceil(float64(d-job.LaunchLatency)/float64(g) - 1e-9))
+	}
 	c1 = max(min(c1, c0), 0)
 	coH := job.Changeover.Hours()
 	if H < W {

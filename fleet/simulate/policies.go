@@ -29,7 +29,7 @@ func (Greedy) Decide(in placement.DeadlineInput) placement.DeadlineDecision {
 // DefaultPolicies are the policies `fleetd sim` runs by default.
 func DefaultPolicies() []Policy {
 	return []Policy{
-		{Name: "optimum", Optimum: true, Description: "omniscient optimum: DP over the trace with the same changeover model (lower bound)"},
+		{Name: "optimum", Optimum: true, Description: "omniscient lower bound: the higher of the fluid bound (any fleet and job shape) and, for one-node jobs, the DP over the trace with the same changeover model"},
 		{Name: "fleetd", Deadline: placement.DefaultDeadlinePolicy(), Description: "fleetd's deadline policy and zone choice, every zone of the set"},
 		{Name: "up", Deadline: placement.UniformProgress{}, PriceOnly: true, Description: "Uniform Progress (Can't Be Late) through fleetd's reconciler, cheapest zone with spot, every zone"},
 		{Name: "greedy", Deadline: Greedy{}, PriceOnly: true, Description: "greedy spot + safety net through fleetd's reconciler, cheapest zone with spot, every zone"},
@@ -37,6 +37,15 @@ func DefaultPolicies() []Policy {
 		{Name: "greedy-1z", Deadline: Greedy{}, OneZone: true, PriceOnly: true, Description: "greedy spot + safety net in one zone (drawn per window)"},
 		{Name: "on-demand", OnDemand: true, Description: "on-demand only"},
 	}
+}
+
+// GangDPPolicy is the DP of optimum.go for an all-or-nothing gang of
+// max_nodes in one zone at full rate: the optimum's old figure. With
+// max_nodes > 1 it is not a lower bound (elastic runs on fewer nodes and
+// sub-linear jobs beat it); it is kept to show by how much.
+func GangDPPolicy() Policy {
+	return Policy{Name: "gang-dp", GangDP: true,
+		Description: "DP over the trace for a rigid gang of max_nodes in one zone at full rate (not a lower bound when max_nodes > 1)"}
 }
 
 // ForesightPolicy is fleetd's policy told, at every decision, how much
@@ -65,10 +74,11 @@ func LookaheadPolicy(name string, h time.Duration) Policy {
 func lookaheadReplan(h time.Duration) time.Duration { return h / 8 }
 
 // SelectPolicies picks policies by name from DefaultPolicies, the goodput
-// policy (GoodputPolicy) and the foresight bound (ForesightPolicy), in the
+// policy (GoodputPolicy), the foresight bound (ForesightPolicy) and the
+// rigid-gang DP (GangDPPolicy), in the
 // order given.
 func SelectPolicies(names []string) ([]Policy, error) {
-	all := append(DefaultPolicies(), GoodputPolicy(), ForesightPolicy())
+	all := append(DefaultPolicies(), GoodputPolicy(), ForesightPolicy(), GangDPPolicy())
 	var out []Policy
 	for _, n := range names {
 		n = strings.TrimSpace(n)

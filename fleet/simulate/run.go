@@ -605,33 +605,47 @@ func (r *runner) launch(l reconcile.Launch) {
 
 // moveCost is what placement prices a move with: the checkpoint at the
 // store's region, spread over the work left.
-func (r *runner) moveCost() *placement.MoveCost {
-	j := r.job
+func (r *runner) moveCost() *placement.MoveCost { return r.job.moveCost(r.done, r.noEgress) }
+
+// moveCost is the job's checkpoint as placement prices a move, with done
+// of the work done (nil without a checkpoint); noEgress hides the egress.
+func (j Job) moveCost(done time.Duration, noEgress bool) *placement.MoveCost {
 	if j.CheckpointBytes <= 0 {
 		return nil
 	}
 	m := &placement.MoveCost{Bytes: j.CheckpointBytes, Source: placement.Location{Cloud: j.Cloud, Region: j.CheckpointRegion},
-		Egress: j.Egress, RestoreMiBps: j.RestoreMiBps, Horizon: max(j.Work-r.done, time.Hour), CloudOf: map[string]string{sim.Name: j.Cloud}}
-	if r.noEgress {
+		Egress: j.Egress, RestoreMiBps: j.RestoreMiBps, Horizon: max(j.Work-done, time.Hour), CloudOf: map[string]string{sim.Name: j.Cloud}}
+	if noEgress {
 		m.Egress = placement.EgressTable{Source: "hidden from placement (-no-egress)"}
 	}
 	return m
 }
 
+// restoreEgress is what one node's restore of the checkpoint on offering
+// o is charged in egress, and whether it crosses regions.
+func (j Job) restoreEgress(o providers.Offering) (float64, bool, *placement.MoveCost, placement.Location) {
+	m := j.moveCost(0, false)
+	if m == nil {
+		return 0, false, nil, placement.Location{}
+	}
+	dst := m.LocationOf(o)
+	rate, _ := j.Egress.Rate(m.Source, dst)
+	return float64(m.Bytes) / 1e9 * rate, dst != m.Source, m, dst
+}
+
 // chargeRestore bills a launched node's restore of the checkpoint: egress
-// from the store's region to the node's.
+// from the store's region to the node's (always charged, even when
+// placement does not see it).
 func (r *runner) chargeRestore(o providers.Offering) {
-	m := r.moveCost()
+	cost, cross, m, dst := r.job.restoreEgress(o)
 	if m == nil {
 		return
 	}
-	dst := m.LocationOf(o)
-	rate, _ := r.job.Egress.Rate(m.Source, dst)
-	r.res.EgressCost += float64(m.Bytes) / 1e9 * rate
-	if dst != m.Source {
+	r.res.EgressCost += cost
+	if cross {
 		r.res.CrossRegionRestores++
 	}
-	r.logf("restore of %.0f GB from %s to %s: egress $%.2f", float64(m.Bytes)/1e9, m.Source, dst, float64(m.Bytes)/1e9*rate)
+	r.logf("restore of %.0f GB from %s to %s: egress $%.2f", float64(m.Bytes)/1e9, m.Source, dst, cost)
 }
 
 // timers is the earliest future time at which the reconciler's own

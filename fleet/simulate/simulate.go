@@ -50,8 +50,14 @@ type Job struct {
 type Policy struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
-	// Optimum: the omniscient lower bound (optimum.go), not a reconciler run.
+	// Optimum: the omniscient lower bound (bound.go, optimum.go), not a
+	// reconciler run.
 	Optimum bool `json:"optimum,omitempty"`
+	// GangDP: the DP of optimum.go for an all-or-nothing gang of
+	// max_nodes in one zone at full rate. A lower bound only when
+	// max_nodes is 1; otherwise the cost of the best rigid-gang schedule,
+	// which elastic and goodput runs can beat.
+	GangDP bool `json:"gang_dp,omitempty"`
 	// Deadline is the reconciler's deadline policy; nil is its default.
 	Deadline placement.DeadlinePolicy `json:"-"`
 	// OnDemand runs the fleet with spot = false.
@@ -342,8 +348,10 @@ func (s *Setup) window(op *optimizer, w int, start time.Time, zone string) ([]Re
 		var res Result
 		var err error
 		switch {
-		case pol.Optimum, pol.Planner:
+		case pol.Optimum, pol.GangDP:
 			res, err = s.optimum(op, pol, start)
+		case pol.Planner:
+			res, err = s.lookahead(op, pol, start)
 		default:
 			res, err = s.RunOne(pol, start, zone)
 		}
@@ -380,29 +388,40 @@ func (s *Setup) RunOne(pol Policy, start time.Time, zone string) (Result, error)
 	return r.run(), nil
 }
 
-func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, error) {
+// onDemandPrice is the lowest on-demand price of the market's zones.
+func (s *Setup) onDemandPrice() float64 {
 	od := 0.0
 	for _, o := range s.market.Offers {
 		if od == 0 || o.Meta.OnDemandPrice < od {
 			od = o.Meta.OnDemandPrice
 		}
 	}
+	return od
+}
+
+// optimum is the lower bound of a window (pol.Optimum): the fluid bound
+// (bound.go) for any fleet and shape and, for one-node jobs, the DP
+// (optimum.go), which is then a bound too and tighter — the higher of
+// the two. With pol.GangDP it is the DP alone, for a gang of max_nodes.
+func (s *Setup) optimum(op *optimizer, pol Policy, start time.Time) (Result, error) {
 	gang := max(s.Fleet.MaxNodes, 1)
 	var o optimumResult
-	var undone time.Duration
-	var err error
-	if pol.Planner {
-		o, undone, err = op.lookahead(s.market.Offers, start, s.Job, gang, od*float64(gang), pol.Lookahead, lookaheadReplan(pol.Lookahead))
-	} else {
-		o, err = op.solve(s.market.Offers, start, s.Job, gang, od*float64(gang))
+	if pol.GangDP || gang == 1 {
+		var err error
+		if o, err = op.solve(s.market.Offers, start, s.Job, gang, s.onDemandPrice()*float64(gang)); err != nil {
+			return Result{}, err
+		}
+		o.SpotHours, o.OnDemandHours = o.SpotHours*float64(gang), o.OnDemandHours*float64(gang)
 	}
-	if err != nil {
-		return Result{}, err
+	if pol.Optimum {
+		if f := fluidBound(s.market.Offers, start, s.Job, s.Fleet.MinNodes, gang, s.Shape); f.Feasible && (!o.Feasible || f.Cost > o.Cost) {
+			o = f
+		}
 	}
-	res := Result{Policy: pol.Name, Start: start, Cost: o.Cost, SpotHours: o.SpotHours * float64(gang), OnDemandHours: o.OnDemandHours * float64(gang),
-		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work - undone, Missed: undone > 0}
+	res := Result{Policy: pol.Name, Start: start, Cost: o.Cost, SpotHours: o.SpotHours, OnDemandHours: o.OnDemandHours,
+		Migrations: o.Migrations, Preemptions: o.Preemptions, Restarts: o.Restarts, Infeasible: !o.Feasible, Done: s.Job.Work}
 	if !o.Feasible {
-		res.Cost = 0
+		res.Cost, res.Done = 0, 0
 	}
 	return res, nil
 }
