@@ -240,7 +240,7 @@ func TestWalkthroughAWS(t *testing.T) {
 	bin := fleetdBinary(t) // while the aws CLI loads
 	began := time.Now()
 	defer func() { t.Logf("walkthrough: %.1fs from moto's start to the last step", time.Since(began).Seconds()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	moto := motoserver.StartT(t)
@@ -374,7 +374,7 @@ cd %[7]q
 		}
 		script := prelude + runSubst(st.body) + epilogue
 		began := time.Now()
-		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
 		cmd := exec.CommandContext(sctx, "bash", "-c", script)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
