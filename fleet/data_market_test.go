@@ -82,7 +82,8 @@ fleet "llm" {
 	if len(after.Offerings) != 1 || after.Offerings[0].Provider != "aws" {
 		t.Fatalf("with 2 TB in S3 us-east-1: %+v, want the AWS zone", after.Offerings)
 	}
-	if notes := strings.Join(after.Notes, "\n"); !strings.Contains(notes, "data s3://corpus/tokens (stream, 2000 GB) is in aws:us-east-1; reading it from aws:us-east-1a is free") {
+	if notes := strings.Join(after.Notes, "\n"); !strings.Contains(notes, "data s3://corpus/tokens (stream, 2000 GB) is in aws:us-east-1; reading it from aws:us-east-1a is free") ||
+		!strings.Contains(notes, "data: gcp/us-central1/us-central1-a/g2-standard-8/spot is $0.130/GPU-h cheaper than aws/us-east-1/us-east-1a/g5.xlarge/spot, but reading the data from there adds $3.750 per GPU-hour") {
 		t.Errorf("notes:\n%s", notes)
 	}
 

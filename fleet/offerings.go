@@ -96,6 +96,9 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 	}
 	// Where the data is and what reading it from here costs (data.go).
 	fp.Notes = append(fp.Notes, placement.DataNotes(fl, ch.Launch)...)
+	if n := placement.DataTradeoff(fl, offs, ch.Launch); n != "" {
+		fp.Notes = append(fp.Notes, n)
+	}
 	return nil
 }
 

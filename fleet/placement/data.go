@@ -218,3 +218,32 @@ func firstOf(a, b string) string {
 	}
 	return b
 }
+
+// DataTradeoff says, for a plan, when an offering of the market offs
+// (same capacity type as the first launched) is cheaper by price than the
+// one launched but loses once reading the data from it is priced; "" when
+// none is.
+func DataTradeoff(fl *spec.Fleet, offs, launch []providers.Offering) string {
+	d := DataCostFor(fl)
+	if d == nil || len(launch) == 0 {
+		return ""
+	}
+	d.Nodes = len(launch)
+	chosen := launch[0]
+	var best *providers.Offering
+	for _, o := range Filter(fl, offs) {
+		if o.CapacityType == chosen.CapacityType && o.PricePerGPUHour() < chosen.PricePerGPUHour() &&
+			(best == nil || o.PricePerGPUHour() < best.PricePerGPUHour()) {
+			best = &o
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	extra := d.PerGPUHour(*best) - d.PerGPUHour(chosen)
+	if extra <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("data: %s is $%.3f/GPU-h cheaper than %s, but reading the data from there adds $%.3f per GPU-hour",
+		best.Key(), chosen.PricePerGPUHour()-best.PricePerGPUHour(), chosen.Key(), extra)
+}

@@ -153,6 +153,15 @@ func TestDataNotes(t *testing.T) {
 	if n := DataNotes(f, []providers.Offering{aws}); !strings.Contains(n[0], "is free") {
 		t.Errorf("same-region note: %s", n[0])
 	}
+	// The GCP zone is $0.50/GPU-h cheaper; reading the data from there
+	// adds $180 a day over 2 × 8 GPUs.
+	tr := DataTradeoff(f, []providers.Offering{aws, gcp}, []providers.Offering{aws, aws})
+	if want := "data: gcp/us-central1/us-central1-a/a2/spot is $0.500/GPU-h cheaper than aws/us-east-1/us-east-1a/p4d/spot, but reading the data from there adds $0.469 per GPU-hour"; tr != want {
+		t.Errorf("tradeoff %q, want %q", tr, want)
+	}
+	if tr := DataTradeoff(f, []providers.Offering{aws, gcp}, []providers.Offering{gcp, gcp}); tr != "" {
+		t.Errorf("the cheapest offering launched, tradeoff %q", tr)
+	}
 	if DataNotes(fleet(1, 2), []providers.Offering{aws}) != nil {
 		t.Error("notes without data")
 	}
