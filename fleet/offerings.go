@@ -94,6 +94,11 @@ func (d *Daemon) planOfferings(ctx context.Context, fl *spec.Fleet, fp *api.Flee
 		fp.Notes = append(fp.Notes, fmt.Sprintf("moving the job here: %s; $%.2f in all, $%.3f per GPU-hour over the move horizon (egress prices: %s, as of %s)",
 			ch.Move, ch.Move.TotalUSD(), ch.Move.PerGPUHour, d.moveCost(fl).Egress.Source, placement.DefaultEgress.AsOf))
 	}
+	// Where the data is and what reading it from here costs (data.go).
+	fp.Notes = append(fp.Notes, placement.DataNotes(fl, ch.Launch)...)
+	if n := placement.DataTradeoff(fl, offs, ch.Launch); n != "" {
+		fp.Notes = append(fp.Notes, n)
+	}
 	return nil
 }
 

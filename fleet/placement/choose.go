@@ -138,6 +138,7 @@ func Choose(in ChooseInput) Choice {
 	all := candidates(in, m, strategy, false)
 	clean := candidates(in, m, strategy, true)
 
+	data := DataCostFor(in.Fleet)
 	existing := map[string][]Candidate{}
 	// Nodes share a few offerings: each is evaluated once (a 10,000-node
 	// fleet would otherwise look every node up in the market).
@@ -152,7 +153,7 @@ func Choose(in ChooseInput) Choice {
 		if i == 0 || o != prev { // nodes come in runs of one offering
 			var ok bool
 			if e, ok = memo[o]; !ok {
-				e = evaluated{GroupKey(o, colocate), m.EvaluateIn(marketView(in.Offerings, o), in.Records[o.Key()], strategy, in.Outlook)}
+				e = evaluated{GroupKey(o, colocate), data.apply(m.EvaluateIn(marketView(in.Offerings, o), in.Records[o.Key()], strategy, in.Outlook))}
 				memo[o] = e
 			}
 			prev = o
@@ -347,6 +348,7 @@ func evaluate(g *group, existing []Candidate, minNodes, target int, dec Decision
 // failure on file.
 func candidates(in ChooseInput, m Model, s spec.Strategy, clean bool) map[string]*group {
 	groups := map[string]*group{}
+	data := DataCostFor(in.Fleet)
 	for _, o := range Filter(in.Fleet, in.Offerings) {
 		if in.Exclude[o.Key()] || o.Available == 0 {
 			continue
@@ -364,7 +366,7 @@ func candidates(in ChooseInput, m Model, s spec.Strategy, clean bool) map[string
 			g = &group{key: k}
 			groups[k] = g
 		}
-		c := m.EvaluateIn(o, rec, s, in.Outlook)
+		c := data.apply(m.EvaluateIn(o, rec, s, in.Outlook))
 		if o.CapacityType == providers.OnDemand {
 			g.od = append(g.od, c)
 		} else {

@@ -54,6 +54,9 @@ func Exclusion(f *spec.Fleet, o providers.Offering) string {
 	if why := networkExclusion(n, o); why != "" {
 		return why
 	}
+	if why := dataExclusion(f, o); why != "" {
+		return why
+	}
 	switch o.CapacityType {
 	case providers.Spot:
 		if !n.Spot {

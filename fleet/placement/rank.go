@@ -39,11 +39,12 @@ func RankIn(f *spec.Fleet, offs []providers.Offering, recs map[string]state.Offe
 	now := ol.Now
 	s := strategyOf(f)
 	c := colocateOf(f)
+	data := DataCostFor(f)
 	out := make([]Ranked, 0, len(offs))
 	for _, o := range offs {
 		rec := recs[o.Key()]
 		r := Ranked{
-			Candidate:         m.EvaluateIn(o, rec, s, ol),
+			Candidate:         data.apply(m.EvaluateIn(o, rec, s, ol)),
 			Group:             GroupKey(o, c),
 			PricePerGPUHour:   o.PricePerGPUHour(),
 			Interruptions:     rec.Interruptions,
@@ -86,6 +87,10 @@ func Explain(c Candidate) string {
 	o := c.Offering
 	s := fmt.Sprintf("%s: $%.3f/GPU-h + $%.3f interruptions = $%.3f per useful GPU-hour",
 		o.Key(), o.PricePerGPUHour(), c.InterruptionCost, c.Score)
+	if c.DataCost > 0 {
+		s = fmt.Sprintf("%s: $%.3f/GPU-h + $%.3f interruptions + $%.3f data = $%.3f per useful GPU-hour",
+			o.Key(), o.PricePerGPUHour(), c.InterruptionCost, c.DataCost, c.Score)
+	}
 	if o.CapacityType == providers.Spot && c.ExpectedRun > 0 {
 		s += fmt.Sprintf(" (expected up-run %.1f h, %.3f interruptions/h)", c.ExpectedRun, c.Rate)
 	}

@@ -182,6 +182,9 @@ type Candidate struct {
 	// Weighted is Score with the strategy's availability weighting; lower
 	// is better. It is what groups are compared by.
 	Weighted float64 `json:"weighted"`
+	// DataCost is what reading the fleet's data from here adds to Score
+	// and Weighted, per GPU-hour (data.go).
+	DataCost float64 `json:"data_cost,omitempty"`
 }
 
 // Evaluate computes o's figures under strategy s from its record alone.

@@ -71,6 +71,7 @@ var trainingSchema = &hcl.BodySchema{
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "checkpoint"},
+		{Type: "data"},
 	},
 }
 
@@ -458,6 +459,7 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 		}
 	}
 	p.decodeCheckpoint(content.Blocks, t)
+	p.decodeData(content.Blocks, t)
 	return a
 }
 

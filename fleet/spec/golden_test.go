@@ -80,6 +80,12 @@ var brokenWant = map[string][]string{
 		"bad_checkpoint.hcl:15:15", "dir is a directory on the node, not a URL", `unknown parameter "endpont" for s3://; did you mean "endpoint"?`,
 		"keep must be at least 1", "bad_checkpoint.hcl:35:5", "Missing checkpoint dir", "Signed URLs for a file store", "5 errors",
 	},
+	"bad_data": {
+		"bad_data.hcl:19:20", `unknown scheme "s4"; did you mean "s3"?`, "bad_data.hcl:24:5", "Missing data size",
+		"bad_data.hcl:27:20", `s3:// is a bucket: mode "stream"`, "bad_data.hcl:33:27", `checkpoint dir "/mnt/ckpt" overlap`,
+		"size_gb must be greater than 0, got -2", "read_per_epoch_gb must be 0 or more", "zone_policy is for file systems",
+		"bad_data.hcl:47:5", "Missing file system region", "bad_data.hcl:51:21", "Required zone not given", "9 errors",
+	},
 	"bad_project": {
 		"bad_project.hcl:4:15", `The daemon has no project named "visoin". Did you mean "vision"?`,
 		"bad_project.hcl:11:20", "per_hour is in dollars and must be greater than 0, got -3", "bad_project.hcl:13:20", "warn_at", `on_exhausted must be "pause"`,

@@ -263,6 +263,8 @@ type Training struct {
 	// Checkpoint is the training.checkpoint block; nil when absent (then
 	// checkpoint_uri alone is handed to the workers, as before).
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Data are the training.data blocks (data.go).
+	Data []Data `json:"data,omitempty"`
 }
 
 // Elastic modes (training.elastic).
