@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/agentapi"
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/autoscale"
@@ -56,6 +57,9 @@ type Options struct {
 	// StrayScan is how often the leader looks for instances with its
 	// daemon id that no fleet it knows owns (strays.go); default 5 min.
 	StrayScan time.Duration
+	// Allocation tunes the allocator that sizes fleets within projects
+	// and budgets (zero fields: its defaults; docs/projects.md).
+	Allocation allocator.Params
 }
 
 // ProviderSource is what the daemon needs from the plugin manager.
