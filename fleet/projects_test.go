@@ -3,10 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -73,4 +78,157 @@ func TestApplyUnknownProject(t *testing.T) {
 	if _, err := td.client.Plan(context.Background(), api.ApplyRequest{Filename: "train.hcl", Source: ok}); err != nil {
 		t.Errorf("plan naming project a: %v", err)
 	}
+}
+
+// projectSpec is a 1-GPU fleet of the mem provider in project, at
+// desired nodes within [minN, 4].
+func projectSpec(name, project string, minN, desired int) string {
+	return fmt.Sprintf(`
+fleet %q {
+  project       = %q
+  min_nodes     = %d
+  max_nodes     = 4
+  desired_nodes = %d
+  node {
+    gpus      = 1
+    gpu_types = ["T4"]
+  }
+  placement {
+    colocate = "region"
+  }
+  provider "mem" {}
+  training {
+    command     = ["python3", "train.py"]
+    drain_grace = "1s"
+  }
+  rendezvous {
+    last_call  = "200ms"
+    heartbeat  = "20s"
+    dead_after = "60s"
+  }
+}
+`, name, project, minN, desired)
+}
+
+// running counts a fleet's running nodes, joining its booting ones to the
+// rendezvous first (as their agents would).
+func (td *testDaemon) running(t *testing.T, fleet string, joined map[string]bool) int {
+	t.Helper()
+	td.joinAll(t, fleet, joined)
+	return countState(td.nodes(t, fleet), state.NodeRunning)
+}
+
+func liveCount(nodes []state.Node) int {
+	n := 0
+	for _, x := range nodes {
+		if reconcile.Live(x.State) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestProjectsReclaimAndQueue is the issue's scenario on the in-memory
+// provider: pool 4 GPUs of 1-GPU nodes; project a (quota 2, max 4) runs a
+// fleet at 4; project b (quota 2) applies a fleet of min 2: a shrinks to
+// 2, keeping its rank-0 node, and b runs; a second fleet of b's waits in
+// the queue until the first is destroyed; when b has nothing left, a
+// grows back to 4.
+func TestProjectsReclaimAndQueue(t *testing.T) {
+	cfg, _, diags := ParseConfig("daemon.hcl", []byte(projectsConfig))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem,
+		Options{Config: cfg, Allocation: allocator.Params{MinInterval: time.Millisecond}})
+	ctx := context.Background()
+	defer func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	}()
+	apply := func(name, project string, minN, desired int) {
+		t.Helper()
+		if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: projectSpec(name, project, minN, desired)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ja, jb, jc := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	apply("alpha", "a", 2, 4)
+	waitFor(t, "alpha at 4 running", 20*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
+
+	// The node holding rank 0 in alpha's round.
+	var rank0 string
+	waitFor(t, "alpha's rank 0", 10*time.Second, func() bool {
+		st, err := td.rdzv.rz().Status("alpha")
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.GroupRank != nil && *m.GroupRank == 0 {
+				rank0 = m.NodeID
+			}
+		}
+		return rank0 != ""
+	})
+
+	apply("bravo", "b", 2, 2)
+	waitFor(t, "alpha reclaimed to 2 and bravo at 2", 30*time.Second, func() bool {
+		return liveCount(td.nodes(t, "alpha")) == 2 && td.running(t, "alpha", ja) == 2 && td.running(t, "bravo", jb) == 2
+	})
+	for _, n := range td.nodes(t, "alpha") {
+		if n.ID == rank0 && !reconcile.Live(n.State) {
+			t.Fatalf("alpha's rank-0 node %s was drained (%s)", rank0, n.State)
+		}
+	}
+	sum, err := td.client.Fleet(ctx, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if al := sum.Allocation; al == nil || al.Target != 2 || al.Reason == "" {
+		t.Fatalf("alpha's allocation %+v, want target 2 with a reason", al)
+	}
+
+	// A second fleet of b's cannot get its min_nodes: it queues.
+	apply("charlie", "b", 2, 2)
+	waitFor(t, "charlie queued", 10*time.Second, func() bool {
+		q, err := td.client.Queue(ctx)
+		return err == nil && len(q.Queue) == 1 && q.Queue[0].Fleet == "charlie" && q.Queue[0].Position == 1 && q.Queue[0].Reason != ""
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n := liveCount(td.nodes(t, "charlie")); n != 0 {
+		t.Fatalf("queued fleet charlie has %d live nodes", n)
+	}
+	ps, err := td.client.Projects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pb api.Project
+	for _, p := range ps.Projects {
+		if p.Name == "b" {
+			pb = p
+		}
+	}
+	if pb.Queued != 1 || pb.UsedGPUs != 2 || ps.PoolGPUs != 4 {
+		t.Fatalf("projects %+v, want b using 2 with 1 queued in a pool of 4", ps)
+	}
+
+	// bravo ends: charlie starts in b's quota; alpha stays at 2.
+	if _, err := td.client.Destroy(ctx, "bravo"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "charlie running at 2", 30*time.Second, func() bool { return td.running(t, "charlie", jc) == 2 })
+	if q, err := td.client.Queue(ctx); err != nil || len(q.Queue) != 0 {
+		t.Fatalf("queue after charlie started: %+v %v", q, err)
+	}
+	if n := liveCount(td.nodes(t, "alpha")); n != 2 {
+		t.Fatalf("alpha at %d while b uses its quota, want 2", n)
+	}
+
+	// b has nothing left: alpha borrows back up to 4.
+	if _, err := td.client.Destroy(ctx, "charlie"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
 }
