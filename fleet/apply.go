@@ -128,6 +128,9 @@ func sections(f *spec.Fleet) map[string]string {
 		"providers":  strings.Join(provs, "\n"),
 		"training":   enc(f.Training),
 		"rendezvous": enc(f.Rendezvous),
+		// A raised budget or a move to another project is an update.
+		"project": f.ProjectName(),
+		"budget":  enc(f.Budget),
 	}
 }
 

@@ -232,3 +232,64 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	}
 	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
 }
+
+// TestBudgetPauseAndResume: a fleet whose spend reaches its budget's
+// total pauses (every node drained, the fleet kept), and runs again once
+// resumed with a raised budget. No project is declared: a fleet's own
+// budget is enforced in the default project too.
+func TestBudgetPauseAndResume(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	ctx := context.Background()
+	defer func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	}()
+	withBudget := func(total string) string {
+		return strings.Replace(projectSpec("delta", "default", 2, 2), "  node {", "  budget {\n    total = "+total+"\n  }\n  node {", 1)
+	}
+	// Two 1-GPU nodes cost about $0.4/h: $0.0001 is gone within a second.
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "delta.hcl", Source: withBudget("0.0001")}); err != nil {
+		t.Fatal(err)
+	}
+	joined := map[string]bool{}
+	waitFor(t, "delta paused with no live node", 30*time.Second, func() bool {
+		td.joinAll(t, "delta", joined)
+		s, err := td.client.Fleet(ctx, "delta")
+		return err == nil && s.Allocation != nil && s.Allocation.Action == string(allocator.Paused) && liveCount(td.nodes(t, "delta")) == 0
+	})
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range evs.Events {
+		seen[e.Type] = true
+	}
+	for _, typ := range []string{"budget.exhausted", "fleet.paused"} {
+		if !seen[typ] {
+			t.Errorf("no %s event", typ)
+		}
+	}
+	s, err := td.client.Fleet(ctx, "delta")
+	if err != nil || s.Destroying || s.Allocation.Kind == "" || !strings.Contains(s.Allocation.Reason, "budget") {
+		t.Fatalf("paused fleet: %+v %v, want kept with the budget as the reason", s.Allocation, err)
+	}
+
+	// Resumed with its budget raised: it runs again.
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "delta.hcl", Source: withBudget("1000")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := td.client.Resume(ctx, "delta"); err != nil {
+		var he *api.HTTPError
+		// The raised budget may have un-paused it first: then it is not paused.
+		if !errors.As(err, &he) || he.StatusCode != 409 {
+			t.Fatalf("resume: %v", err)
+		}
+	}
+	waitFor(t, "delta running again", 30*time.Second, func() bool { return td.running(t, "delta", joined) == 2 })
+	if err := td.client.Resume(ctx, "nope"); err == nil {
+		t.Error("resume of an unknown fleet succeeded")
+	}
+}

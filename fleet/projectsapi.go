@@ -10,10 +10,14 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
+// projectsAPI serves the projects, the queue and resume.
+type projectsAPI struct{ d *Daemon }
+
 // decision is the controller's last allocation, or one made of the
 // configured projects alone (no pass yet, or none decided: no project
 // and no budget).
-func (d *Daemon) decision() allocator.Decision {
+func (pa projectsAPI) decision() allocator.Decision {
+	d := pa.d
 	if dec, ok := d.ctrl.Decision(); ok {
 		return dec
 	}
@@ -26,9 +30,10 @@ func (d *Daemon) decision() allocator.Decision {
 
 // projectsHandler is GET /v1/projects: each project's quota, use,
 // borrowing, queue and budget.
-func (d *Daemon) projectsHandler(w http.ResponseWriter, r *http.Request) {
+func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
+	d := pa.d
 	unlimited, priority := map[string]bool{}, map[string]int{}
-	dec := d.decision()
+	dec := pa.decision()
 	for _, u := range dec.Projects {
 		p, _ := d.cfg.Projects.Get(u.Name)
 		unlimited[u.Name], priority[u.Name] = p.Unlimited, p.Priority
@@ -44,13 +49,14 @@ func (d *Daemon) projectsHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 // queueHandler is GET /v1/queue: the waiting fleets in start order.
-func (d *Daemon) queueHandler(w http.ResponseWriter, r *http.Request) {
-	api.WriteJSON(w, http.StatusOK, api.QueueFrom(d.decision()))
+func (pa projectsAPI) queueHandler(w http.ResponseWriter, r *http.Request) {
+	api.WriteJSON(w, http.StatusOK, api.QueueFrom(pa.decision()))
 }
 
 // resumeHandler is POST /v1/fleets/{fleet}/resume: a paused fleet queues
 // to start again (a budget still exhausted pauses it again).
-func (d *Daemon) resumeHandler(w http.ResponseWriter, r *http.Request) {
+func (pa projectsAPI) resumeHandler(w http.ResponseWriter, r *http.Request) {
+	d := pa.d
 	name := r.PathValue("fleet")
 	if err := d.store.View(r.Context(), func(tx state.Tx) error {
 		_, err := tx.Fleet(name)
