@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+func init() {
+	register(command{name: "projects", synopsis: "Show projects: quota, borrowed, lent, spend vs budget, queue", run: runProjects})
+	register(command{name: "queue", synopsis: "Show the fleets waiting to start, in order, and why", run: runQueue})
+	register(command{name: "resume", synopsis: "Resume a paused fleet", run: runResume})
+}
+
+func runProjects(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("projects", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "Usage: fleetd projects [-json]")
+		return exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	r, err := c.Projects(context.Background())
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	if cf.json {
+		printJSON(stdout, r)
+		return exitOK
+	}
+	printProjects(stdout, r)
+	return exitOK
+}
+
+// printProjects renders GET /v1/projects as a table.
+func printProjects(w io.Writer, r api.ProjectsResponse) {
+	fmt.Fprintf(w, "Pool: %d of %d GPUs allocated\n", r.UsedGPUs, r.PoolGPUs)
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECT\tQUOTA\tMAX\tPRIO\tUSED\tBORROWED\tLENT\tQUEUED\tSPEND\tBUDGET\tSTATE\tFLEETS")
+	for _, p := range r.Projects {
+		quota, maxG := fmt.Sprint(p.QuotaGPUs), fmt.Sprint(p.MaxGPUs)
+		if p.Unlimited {
+			quota, maxG = "-", "-"
+		}
+		spend, limit, st := "-", "-", "-"
+		if b := p.Budget; b != nil {
+			spend, st = usd(b.SpentUSD), b.State
+			var parts []string
+			if b.TotalLimit > 0 {
+				parts = append(parts, usd(b.TotalLimit))
+			}
+			if b.PerHourLimit > 0 {
+				parts = append(parts, usd(b.PerHourLimit)+"/h")
+			}
+			limit = strings.Join(parts, " ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Name, quota, maxG, p.Priority, p.UsedGPUs, p.BorrowedGPUs, p.LentGPUs,
+			p.Queued, spend, dash(limit), st, dash(strings.Join(p.Fleets, ",")))
+	}
+	tw.Flush()
+}
+
+func runQueue(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("queue", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "Usage: fleetd queue [-json]")
+		return exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	r, err := c.Queue(context.Background())
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	if cf.json {
+		printJSON(stdout, r)
+		return exitOK
+	}
+	printQueue(stdout, r, time.Now())
+	return exitOK
+}
+
+// printQueue renders GET /v1/queue in start order.
+func printQueue(w io.Writer, r api.QueueResponse, now time.Time) {
+	if len(r.Queue) == 0 {
+		fmt.Fprintln(w, "No fleet is waiting.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tFLEET\tPROJECT\tPRIO\tWAITING\tREASON")
+	for _, q := range r.Queue {
+		pos := fmt.Sprint(q.Position)
+		if q.Reserved {
+			pos += " (reserved)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pos, q.Fleet, q.Project, q.Priority, now.Sub(q.Since).Round(time.Second), q.Reason)
+	}
+	tw.Flush()
+}
+
+func runResume(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("resume", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	rest, err := parseInterleaved(fs, args)
+	if err != nil || len(rest) != 1 {
+		fmt.Fprintln(stderr, "Usage: fleetd resume [-json] FLEET")
+		return exitUsage
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitCode(stderr, err)
+	}
+	if err := c.Resume(context.Background(), rest[0]); err != nil {
+		return exitCode(stderr, unknownFleet(err, rest[0]))
+	}
+	if cf.json {
+		printJSON(stdout, map[string]string{"status": "resumed", "fleet": rest[0]})
+	} else {
+		fmt.Fprintf(stdout, "Fleet %q resumed: it queues to start again (fleetd queue shows its place).\n", rest[0])
+	}
+	return exitOK
+}
