@@ -209,7 +209,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.rdzv.auth = rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)
 	d.fleetViews = &fleetViews{store: d.store, ctrl: d.ctrl, stats: d.stats, rdzv: d.rdzv, agentAPI: d.agentAPI, cl: d.cl, log: log, now: now,
 		spec: d.fleetSpec, moveCost: d.moveCost, version: opts.Version, daemonID: d.daemonID, started: d.started}
-	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d})
+	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d}, newProjectCollector(d))
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.tokens.verifyScopedToken
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(d.rdzv.serveRendezvous))

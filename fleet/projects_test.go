@@ -213,6 +213,22 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	if pb.Queued != 1 || pb.UsedGPUs != 2 || ps.PoolGPUs != 4 {
 		t.Fatalf("projects %+v, want b using 2 with 1 queued in a pool of 4", ps)
 	}
+	_, mfs := scrape(t, td, td.Token())
+	for _, m := range []struct {
+		name, project string
+		want          float64
+	}{{"fleetd_project_quota_gpus", "a", 2}, {"fleetd_project_used_gpus", "b", 2}, {"fleetd_project_queued_fleets", "b", 1}, {"fleetd_project_max_gpus", "a", 4}} {
+		got := series(mfs, m.name, map[string]string{"project": m.project})
+		if len(got) != 1 || got[0].GetGauge().GetValue() != m.want {
+			t.Errorf("%s{project=%q} = %v, want %v", m.name, m.project, got, m.want)
+		}
+	}
+	if q := series(mfs, "fleetd_queue_length", nil); len(q) != 1 || q[0].GetGauge().GetValue() != 1 {
+		t.Errorf("fleetd_queue_length = %v, want 1", q)
+	}
+	if sp := series(mfs, "fleetd_project_spend_usd", map[string]string{"project": "a"}); len(sp) != 1 || sp[0].GetGauge().GetValue() <= 0 {
+		t.Errorf("fleetd_project_spend_usd{project=a} = %v, want > 0", sp)
+	}
 
 	// bravo ends: charlie starts in b's quota; alpha stays at 2.
 	if _, err := td.client.Destroy(ctx, "bravo"); err != nil {
