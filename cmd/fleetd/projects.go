@@ -18,18 +18,24 @@ func init() {
 }
 
 func runProjects(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("projects", stderr)
+	return runRead(args, "projects", stdout, stderr, (*api.Client).Projects, printProjects)
+}
+
+// runRead is a command that reads one API resource and prints it (-json:
+// as is).
+func runRead[T any](args []string, name string, stdout, stderr io.Writer, get func(*api.Client, context.Context) (T, error), print func(io.Writer, T)) int {
+	fs := newFlagSet(name, stderr)
 	var cf clientFlags
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "Usage: fleetd projects [-json]")
+		fmt.Fprintf(stderr, "Usage: fleetd %s [-json]\n", name)
 		return exitUsage
 	}
 	c, err := cf.client()
 	if err != nil {
 		return exitCode(stderr, err)
 	}
-	r, err := c.Projects(context.Background())
+	r, err := get(c, context.Background())
 	if err != nil {
 		return exitCode(stderr, err)
 	}
@@ -37,7 +43,7 @@ func runProjects(args []string, stdout, stderr io.Writer) int {
 		printJSON(stdout, r)
 		return exitOK
 	}
-	printProjects(stdout, r)
+	print(stdout, r)
 	return exitOK
 }
 
@@ -70,27 +76,7 @@ func printProjects(w io.Writer, r api.ProjectsResponse) {
 }
 
 func runQueue(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("queue", stderr)
-	var cf clientFlags
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "Usage: fleetd queue [-json]")
-		return exitUsage
-	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	r, err := c.Queue(context.Background())
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	if cf.json {
-		printJSON(stdout, r)
-		return exitOK
-	}
-	printQueue(stdout, r, time.Now())
-	return exitOK
+	return runRead(args, "queue", stdout, stderr, (*api.Client).Queue, func(w io.Writer, r api.QueueResponse) { printQueue(w, r, time.Now()) })
 }
 
 // printQueue renders GET /v1/queue in start order.
