@@ -33,7 +33,10 @@ func (d *Daemon) parseRequest(req api.ApplyRequest) (*spec.File, error) {
 	if filename == "" {
 		filename = "fleet.hcl"
 	}
-	f, files, diags := d.parse(state.Fleet{Filename: filename, Source: []byte(req.Source), Vars: req.Vars, BaseDir: req.BaseDir, Files: req.Files, Env: req.Env})
+	// A new spec is checked against the daemon's projects; a stored one
+	// (Spec) is not: a project deleted while its fleets run must not
+	// stop their passes.
+	f, files, diags := d.parse(state.Fleet{Filename: filename, Source: []byte(req.Source), Vars: req.Vars, BaseDir: req.BaseDir, Files: req.Files, Env: req.Env}, &d.cfg.Projects)
 	if diags.HasErrors() {
 		return nil, specError(files, diags)
 	}
@@ -43,7 +46,7 @@ func (d *Daemon) parseRequest(req api.ApplyRequest) (*spec.File, error) {
 // parse parses a spec as the CLI did: with its variable values, its
 // directory, the files it read and the env() values it used; never the
 // daemon's own filesystem or environment.
-func (d *Daemon) parse(in state.Fleet) (*spec.File, map[string]*hcl.File, hcl.Diagnostics) {
+func (d *Daemon) parse(in state.Fleet, projects spec.ProjectSet) (*spec.File, map[string]*hcl.File, hcl.Diagnostics) {
 	env := make([]string, 0, len(in.Env))
 	for k, v := range in.Env {
 		env = append(env, k+"="+v)
@@ -54,7 +57,7 @@ func (d *Daemon) parse(in state.Fleet) (*spec.File, map[string]*hcl.File, hcl.Di
 		}
 		return nil, errors.New("not sent by the CLI (file() must name files readable where fleetd apply runs)")
 	}
-	f, diags := spec.Parse(in.Filename, in.Source, spec.Options{Vars: in.Vars, Schema: d.opts.Schema, Env: env, BaseDir: in.BaseDir, ReadFile: readFile})
+	f, diags := spec.Parse(in.Filename, in.Source, spec.Options{Vars: in.Vars, Schema: d.opts.Schema, Env: env, BaseDir: in.BaseDir, ReadFile: readFile, Projects: projects})
 	var files map[string]*hcl.File
 	if f != nil {
 		files = f.Files
@@ -88,7 +91,7 @@ func (d *Daemon) fleetSpec(f state.Fleet) (*spec.Fleet, error) {
 	if ok && c.generation == f.Generation {
 		return c.fleet, nil
 	}
-	file, files, diags := d.parse(f)
+	file, files, diags := d.parse(f, nil)
 	if diags.HasErrors() {
 		// A spec that was valid when applied can fail after an upgrade that
 		// tightened validation; say so instead of silently dropping the fleet.
@@ -125,6 +128,9 @@ func sections(f *spec.Fleet) map[string]string {
 		"providers":  strings.Join(provs, "\n"),
 		"training":   enc(f.Training),
 		"rendezvous": enc(f.Rendezvous),
+		// A raised budget or a move to another project is an update.
+		"project": f.ProjectName(),
+		"budget":  enc(f.Budget),
 	}
 }
 

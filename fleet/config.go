@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -44,6 +45,12 @@ type Config struct {
 	// Autoscale tunes the goodput autoscaler (docs/autoscale.md); nil:
 	// its defaults.
 	Autoscale *AutoscaleConfig `hcl:"autoscale,block"`
+	// Rest is what the daemon's own schema leaves over: max_gpus and the
+	// project blocks, decoded into Projects (fleet/projects).
+	Rest hcl.Body `hcl:",remain"`
+	// Projects are the project blocks and the pool (docs/projects.md);
+	// untagged: decoded from Rest.
+	Projects projects.Config
 
 	// Dev marks a throwaway daemon (temporary data dir, token printed).
 	// Untagged: gohcl ignores untagged fields, while `hcl:"-"` would make
@@ -153,6 +160,11 @@ func ParseConfig(filename string, src []byte) (Config, map[string]*hcl.File, hcl
 	}
 	diags = append(diags, gohcl.DecodeBody(f.Body, nil, &cfg)...)
 	if diags.HasErrors() {
+		return cfg, files, diags
+	}
+	pc, pdiags := projects.Decode(cfg.Rest)
+	cfg.Projects = pc
+	if diags = append(diags, pdiags...); diags.HasErrors() {
 		return cfg, files, diags
 	}
 	if err := cfg.finish(filepath.Dir(filename)); err != nil {

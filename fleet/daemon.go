@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/agentapi"
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/dashboard"
 	"github.com/fleetd/fleetd/fleet/autoscale"
@@ -64,6 +65,9 @@ type Options struct {
 	// StrayScan is how often the leader looks for instances with its
 	// daemon id that no fleet it knows owns (strays.go); default 5 min.
 	StrayScan time.Duration
+	// Allocation tunes the allocator that sizes fleets within projects
+	// and budgets (zero fields: its defaults; docs/projects.md).
+	Allocation allocator.Params
 }
 
 // ProviderSource is what the daemon needs from the plugin manager.
@@ -213,7 +217,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.rdzv.auth = rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)
 	d.fleetViews = &fleetViews{store: d.store, ctrl: d.ctrl, stats: d.stats, rdzv: d.rdzv, agentAPI: d.agentAPI, cl: d.cl, log: log, now: now,
 		spec: d.fleetSpec, moveCost: d.moveCost, version: opts.Version, daemonID: d.daemonID, started: d.started}
-	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d})
+	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d}, newProjectCollector(d))
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.tokens.verifyScopedToken
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(d.rdzv.serveRendezvous))

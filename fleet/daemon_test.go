@@ -73,7 +73,7 @@ func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
-	cfg.AgentDir, cfg.Cluster = opts.Config.AgentDir, opts.Config.Cluster
+	cfg.AgentDir, cfg.Cluster, cfg.Projects = opts.Config.AgentDir, opts.Config.Cluster, opts.Config.Projects
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}

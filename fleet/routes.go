@@ -23,6 +23,10 @@ func (d *Daemon) mountRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /v1/check", d.api.Require(api.RoleOperate, d.check.checkHandler))
 	mux.Handle("GET /v1/cluster", d.api.Require(api.RoleRead, d.clusterInfo))
 	mux.Handle("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.api.Require(api.RoleOperate, d.interruptNode))
+	pa := projectsAPI{d}
+	mux.Handle("GET /v1/projects", d.api.Require(api.RoleRead, pa.projectsHandler))
+	mux.Handle("GET /v1/queue", d.api.Require(api.RoleRead, pa.queueHandler))
+	mux.Handle("POST /v1/fleets/{fleet}/resume", d.api.Require(api.RoleOperate, pa.resumeHandler))
 	mux.Handle("POST /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.createTokenHandler))
 	mux.Handle("GET /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.listTokensHandler))
 	mux.Handle("DELETE /v1/tokens/{id}", d.api.Require(api.RoleAdmin, d.tokens.revokeTokenHandler))

@@ -323,6 +323,10 @@ func securityRoutes() []routeCase {
 		{"POST /v1/offerings", operateRole, 200, post("/v1/offerings", spec)},
 		{"POST /v1/check", operateRole, 200, post("/v1/check", spec)},
 		{"GET /v1/cluster", readRole, 404, get("/v1/cluster")},
+		{"GET /v1/projects", readRole, 200, get("/v1/projects")},
+		{"GET /v1/queue", readRole, 200, get("/v1/queue")},
+		// train is not paused: authorized, then refused.
+		{"POST /v1/fleets/{fleet}/resume", operateRole, 409, post("/v1/fleets/train/resume", nil)},
 		// An invalid kind: authorization is checked first, then nothing is injected.
 		{"POST /v1/fleets/{fleet}/nodes/{node}/interrupt", operateRole, 400, func(node string) (string, string, []byte) {
 			return http.MethodPost, "/v1/fleets/train/nodes/" + node + "/interrupt", []byte(`{"kind":"not-a-kind"}`)

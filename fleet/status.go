@@ -121,6 +121,7 @@ func (d *fleetViews) withLive(s api.FleetSummary) api.FleetSummary {
 	}
 	s.Interruptions, _ = d.stats.Tally.Interruptions(s.Name)
 	s.AlertCount = len(d.alerts(s.Name))
+	s.Allocation = d.allocationOf(s.Name)
 	d.stats.CurrentPrices(&s)
 	if !s.Completed && !s.Destroying {
 		s.Training, s.Scaling = d.trainingInfo(s.Name, d.now())

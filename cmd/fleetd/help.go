@@ -70,6 +70,23 @@ var helpTexts = map[string]helpText{
 			"refuses. With -wait it returns when the fleet and its nodes are gone.",
 		examples: []string{"fleetd destroy bert", "fleetd destroy -auto-approve -wait bert"},
 	},
+	"projects": {
+		usage: []string{"projects [-json]"},
+		about: "Shows the daemon's projects: GPU quota and borrowing ceiling, the GPUs allocated, borrowed\n" +
+			"and lent, the fleets waiting, and spend against the budget (docs/projects.md).",
+		examples: []string{"fleetd projects", "fleetd projects -json | jq '.projects[] | {name, used_gpus}'"},
+	},
+	"queue": {
+		usage:    []string{"queue [-json]"},
+		about:    "Shows the fleets waiting to start, in the order they start, with the reason each waits.",
+		examples: []string{"fleetd queue", "fleetd queue -json"},
+	},
+	"resume": {
+		usage: []string{"resume [-json] FLEET"},
+		about: "Resumes a paused fleet: it queues to start again and restarts from its checkpoint. A fleet\n" +
+			"paused by its budget is paused again while the budget stays exhausted: raise it first.",
+		examples: []string{"fleetd resume bert"},
+	},
 	"events": {
 		usage:    []string{"events [-f] [-since N] [-fleet NAME] [-json]"},
 		about:    "Shows the daemon's event log, oldest first; -f keeps following it.",

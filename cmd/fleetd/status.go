@@ -103,6 +103,20 @@ func printFleets(w io.Writer, fleets []api.FleetSummary) {
 			f.MinNodes, f.MaxNodes, other, round, world, progressCell(f.Training), f.CostPerHour, usd(f.SpendUSD), usd(f.SavingsUSD), f.Interruptions, f.AlertCount, strings.Join(f.Providers, ","))
 	}
 	tw.Flush()
+	for _, f := range fleets {
+		if a := f.Allocation; a != nil && a.Kind != "unlimited" {
+			fmt.Fprintf(w, "%s: %s\n", f.Name, allocationLine(a))
+		}
+	}
+}
+
+// allocationLine is a fleet's allocation: action, size, queue place, why.
+func allocationLine(a *api.AllocationInfo) string {
+	s := fmt.Sprintf("%s %d nodes (%s)", a.Action, a.Target, a.Kind)
+	if a.QueuePosition > 0 {
+		s = fmt.Sprintf("queued #%d (%s)", a.QueuePosition, a.Kind)
+	}
+	return s + ": " + a.Reason
 }
 
 func usd(v float64) string { return fmt.Sprintf("$%.2f", v) }
@@ -131,6 +145,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 			how += ", " + sc.Reason
 		}
 		fmt.Fprintf(tw, "Size:\t%s (%s)\n", sc.Explain, how)
+	}
+	if a := d.Allocation; a != nil {
+		fmt.Fprintf(tw, "Allocation:\t%s\n", allocationLine(a))
 	}
 	if d.Completed && d.CompletedDetail != "" {
 		fmt.Fprintf(tw, "Outcome:\t%s: %s\n", status, d.CompletedDetail)

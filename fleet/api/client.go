@@ -239,6 +239,23 @@ func (c *Client) Destroy(ctx context.Context, name string) (FleetSummary, error)
 	return f, c.Do(ctx, http.MethodDelete, "/v1/fleets/"+url.PathEscape(name), nil, nil, &f)
 }
 
+// Projects returns the daemon's projects (GET /v1/projects).
+func (c *Client) Projects(ctx context.Context) (ProjectsResponse, error) {
+	var r ProjectsResponse
+	return r, c.Do(ctx, http.MethodGet, "/v1/projects", nil, nil, &r)
+}
+
+// Queue returns the fleets waiting to start (GET /v1/queue).
+func (c *Client) Queue(ctx context.Context) (QueueResponse, error) {
+	var r QueueResponse
+	return r, c.Do(ctx, http.MethodGet, "/v1/queue", nil, nil, &r)
+}
+
+// Resume un-pauses a paused fleet.
+func (c *Client) Resume(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/resume", nil, nil, nil)
+}
+
 // Events returns events after since; with wait > 0 it long-polls.
 func (c *Client) Events(ctx context.Context, since uint64, limit int, wait time.Duration) (EventsResponse, error) {
 	q := url.Values{"since": {strconv.FormatUint(since, 10)}}

@@ -28,8 +28,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -113,6 +115,11 @@ type Options struct {
 	Tick      time.Duration
 	Params    reconcile.Params
 	Autoscale autoscale.Params
+	// Projects are the daemon's projects (nil or empty: none; fleets are
+	// sized on their own unless a fleet has a budget); Allocation tunes
+	// the allocator (allocate.go).
+	Projects   *projects.Config
+	Allocation allocator.Params
 }
 
 // Controller runs the reconcile passes of every fleet.
@@ -125,6 +132,8 @@ type Controller struct {
 
 	mu     sync.Mutex // guards fleets (the table, not the runtimes)
 	fleets map[string]*entry
+	// pool is the allocation and the budget ledger (allocate.go).
+	pool *pool
 }
 
 // entry is one fleet's slot: its pass lock and its runtime (nil until
@@ -145,6 +154,9 @@ func New(o Options) *Controller {
 	if o.Tick <= 0 {
 		o.Tick = 2 * time.Second
 	}
+	if o.Projects == nil {
+		o.Projects = &projects.Config{}
+	}
 	if o.Rendezvous == nil {
 		o.Rendezvous = func() Rendezvous { return nil }
 	}
@@ -154,7 +166,9 @@ func New(o Options) *Controller {
 	if o.MoveCost == nil {
 		o.MoveCost = func(*spec.Fleet) *placement.MoveCost { return nil }
 	}
-	return &Controller{opts: o, store: o.Store, log: o.Logger, now: o.Now, kickc: make(chan struct{}, 1), fleets: map[string]*entry{}}
+	c := &Controller{opts: o, store: o.Store, log: o.Logger, now: o.Now, kickc: make(chan struct{}, 1), fleets: map[string]*entry{}}
+	c.pool = &pool{c: c}
+	return c
 }
 
 // Kick asks for a pass now (after a change of desired or observed state).
@@ -192,6 +206,7 @@ func (c *Controller) ReconcileAll(ctx context.Context) {
 		c.log.Error("reconcile: list fleets", "err", err)
 		return
 	}
+	c.pool.allocate(ctx, fleets)
 	var wg sync.WaitGroup
 	for _, f := range fleets {
 		wg.Go(func() {

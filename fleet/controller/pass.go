@@ -107,6 +107,7 @@ func (c *Controller) Reconcile(ctx context.Context, f state.Fleet) error {
 	in.Progress = rt.Progress
 	if live {
 		c.autoscale(ctx, f, fl, rt, nodes, rst, &in)
+		capAllocation(rt, &in)
 	}
 	rt.countRunSeconds(nodes, now)
 	// Progress and run-seconds are counted up to now whatever happens to

@@ -8,6 +8,7 @@ import (
 
 	"sync"
 
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/reconcile"
@@ -29,6 +30,8 @@ type SavedRuntime struct {
 	Training *autoscale.Tracker `json:"training,omitempty"`
 	// Scale is the autoscaler's decision state.
 	Scale autoscale.State `json:"scale,omitzero"`
+	// Alloc is what the allocator remembers of the fleet (allocate.go).
+	Alloc SavedAllocation `json:"alloc,omitzero"`
 }
 
 // RuntimeKey is the meta key of a fleet's SavedRuntime.
@@ -59,6 +62,9 @@ type Runtime struct {
 	// scale is the API's copy of the training progress and the size
 	// decision (scale.go).
 	scale *ScaleView
+	// alloc is the fleet's allocation of the last decision; nil when
+	// none applies (allocate.go).
+	alloc *allocator.Allocation
 }
 
 // flushEvery bounds how often a pass writes what only accumulates: the
@@ -131,6 +137,10 @@ func (c *Controller) Reset() {
 	for _, e := range c.fleets {
 		e.rt = nil
 	}
+	// The ledger too: the next term reads what the last one saved.
+	c.pool.mu.Lock()
+	c.pool.ledger, c.pool.decision = nil, nil
+	c.pool.mu.Unlock()
 }
 
 // forget drops a fleet's runtime (its fleet was destroyed).
@@ -215,6 +225,7 @@ func (c *Controller) Flush(ctx context.Context) {
 		}
 		e.pass.Unlock()
 	}
+	c.pool.saveLedger(ctx, c.now(), true)
 }
 
 // View is what the API and metrics read of a fleet's runtime: copies,
@@ -227,6 +238,9 @@ type View struct {
 	Plan reconcile.Plan
 	// Notices are the notices in force (their nodes still live).
 	Notices int
+	// Allocation is the allocator's last decision for the fleet, with
+	// its reason; nil without projects or budgets.
+	Allocation *allocator.Allocation
 }
 
 // View returns a fleet's view; false when the fleet has no runtime in
@@ -238,5 +252,5 @@ func (c *Controller) View(name string) (View, bool) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return View{Alerts: append([]reconcile.Alert(nil), rt.alerts...), Scale: rt.scale, Plan: rt.plan, Notices: len(rt.notices)}, true
+	return View{Alerts: append([]reconcile.Alert(nil), rt.alerts...), Scale: rt.scale, Plan: rt.plan, Notices: len(rt.notices), Allocation: rt.alloc}, true
 }

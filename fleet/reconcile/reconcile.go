@@ -169,11 +169,26 @@ type Input struct {
 	// autoscaler's size than at max_nodes (the spec's work is given at
 	// max_nodes): the deadline policy counts its slack at that speed.
 	WorkScale float64
+	// Allot, when set, is the daemon allocator's share of the pool for
+	// the fleet (fleet/allocator): it caps the target, and its Drain
+	// nodes go first when the fleet shrinks.
+	Allot *Allot
 	// NewNodeID returns a fresh node id; it is called once per new node,
 	// in plan order (the daemon uses NodeIDs). Nil (tests) uses
 	// "<fleet>-<generation>-<n>" with the first unused n.
 	NewNodeID func() string
 	Params    Params
+}
+
+// Allot is a fleet's allocation.
+type Allot struct {
+	// Nodes caps the target; 0 holds the fleet at no nodes (queued or
+	// paused: its nodes drain, the fleet stays).
+	Nodes int
+	// Drain names the nodes to retire first.
+	Drain []string
+	// Reason is the allocator's, for the drain reasons.
+	Reason string
 }
 
 // Identity is who this fleet's instances must belong to.
@@ -741,6 +756,9 @@ func sortedKeys(m map[string]bool) []string {
 func (pl *planner) teardownReason() string {
 	if pl.in.Finished {
 		return "job finished"
+	}
+	if pl.in.Allot != nil && !pl.in.Destroying {
+		return pl.in.Allot.Reason
 	}
 	return "fleet destroyed"
 }

@@ -22,6 +22,9 @@ func (pl *planner) target() int {
 	if pl.in.Target > 0 && f.DesiredNodes == 0 {
 		t = max(pl.in.Target, f.MinNodes)
 	}
+	if a := pl.in.Allot; a != nil {
+		t = min(t, a.Nodes)
+	}
 	return min(max(t, 0), f.MaxNodes)
 }
 
@@ -304,6 +307,10 @@ func (pl *planner) scale() {
 		pl.shrink(live, surplus, colocate, choice.Group, func(n state.Node) bool {
 			return n.Offering.CapacityType == providers.Spot && n.State != state.NodeRunning
 		})
+	case surplus > 0 && pl.in.Allot != nil && len(pl.in.Allot.Drain) > 0:
+		// The allocator named the nodes to give up (never rank 0 while
+		// another can go): those first, in its order.
+		pl.shrink(live, surplus, colocate, choice.Group, pl.allotFirst())
 	case surplus > 0:
 		pl.shrink(live, surplus, colocate, choice.Group, nil)
 	case deficit > 0:
@@ -392,6 +399,15 @@ func (pl *planner) shrink(live []int, surplus int, colocate spec.Colocate, group
 		}
 		pl.retire(i, fmt.Sprintf("scale down to %d nodes", pl.plan.Target))
 	}
+}
+
+// allotFirst is shrink's preference for the allocator's drain order.
+func (pl *planner) allotFirst() func(state.Node) bool {
+	named := map[string]bool{}
+	for _, id := range pl.in.Allot.Drain {
+		named[id] = true
+	}
+	return func(n state.Node) bool { return named[n.ID] }
 }
 
 // pickVictims orders live nodes for removal: outside the job's group

@@ -62,6 +62,8 @@ type world struct {
 	// target and targetAt are the autoscaler's (Input.Target, TargetAt).
 	target   int
 	targetAt time.Time
+	// allot is the allocator's share (Input.Allot).
+	allot *Allot
 }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -132,7 +134,7 @@ func (w *world) input() Input {
 		Notices: append([]interruption.Notice(nil), w.notices...), Joined: copyMap(w.joined), InRound: copyMap(w.inRound),
 		Now: w.now, StartedAt: w.started, LastScaleUp: w.lastUp, LastScaleDown: w.lastDown,
 		Fallback: w.fallback, Progress: w.progress, NewNodeID: w.newID, Params: w.params,
-		Target: w.target, TargetAt: w.targetAt,
+		Target: w.target, TargetAt: w.targetAt, Allot: w.allot,
 	}
 }
 

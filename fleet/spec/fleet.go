@@ -172,7 +172,7 @@ func (p *parser) decodeFleet(b *hcl.Block) *Fleet {
 	p.decodeProviders(b, content.Blocks, fl)
 	trainingA := p.decodeTraining(b, content.Blocks, &fl.Training)
 	p.decodeRendezvous(content.Blocks, &fl.Rendezvous)
-	p.decodeProject(attrs["project"], content.Blocks, fl, minOK && nodeA != nil)
+	decodeProject(p, attrs["project"], content.Blocks, fl, minOK && nodeA != nil)
 	p.checkNetwork(nodeA, placementA, fl)
 
 	// Cross-block rules, checked only when the values involved are valid so

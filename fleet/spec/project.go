@@ -13,7 +13,7 @@ import (
 // checks the project against Options.Projects: it must exist, and the
 // fleet's min_nodes must fit in it (sized says min_nodes and node.gpus
 // are valid).
-func (p *parser) decodeProject(a *hcl.Attribute, blocks hcl.Blocks, fl *Fleet, sized bool) {
+func decodeProject(p *parser, a *hcl.Attribute, blocks hcl.Blocks, fl *Fleet, sized bool) {
 	if bb := p.singleBlock(blocks, "budget"); bb != nil {
 		lim, diags := budget.DecodeBlock(bb, p.ctx)
 		p.diags = append(p.diags, diags...)

@@ -1,0 +1,273 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/allocator"
+	"github.com/fleetd/fleetd/fleet/budget"
+	"github.com/fleetd/fleetd/fleet/projects"
+	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/rendezvous"
+)
+
+// pool is the daemon-wide part of the pass: the budget ledger and the
+// allocation decision, made once per ReconcileAll before the fleets'
+// passes. mu guards its fields; it is never held while taking a fleet's
+// pass lock or Controller.mu.
+type pool struct {
+	c  *Controller
+	mu sync.Mutex
+	// decision is the last allocation; nil: none.
+	decision *allocator.Decision
+	// ledger is the budget ledger; nil until loaded from the store (and
+	// after Reset).
+	ledger      *budget.Ledger
+	ledgerSaved time.Time
+	ledgerDirty bool
+}
+
+// SavedAllocation is what the allocator needs remembered of a fleet
+// between passes (allocator.Fleet's Running, Paused, Arrival, LastChange),
+// saved with the fleet's runtime so a restart or failover keeps it.
+type SavedAllocation struct {
+	// Admitted: a decision said run; kept until the fleet pauses.
+	Admitted       bool `json:"admitted,omitempty"`
+	Paused         bool `json:"paused,omitempty"`
+	PausedByBudget bool `json:"paused_by_budget,omitempty"`
+	// Arrival is its place in the queue (set on resume; zero: created_at).
+	Arrival    time.Time `json:"arrival,omitzero"`
+	LastChange time.Time `json:"last_change,omitzero"`
+	// Current is its live nodes at the last decision (LastChange).
+	Current int `json:"current,omitempty"`
+	// To and ChangedAt: the last allocated size and when it changed, so
+	// the reconciler acts on a new allocation without its cooldowns.
+	To        int       `json:"to,omitempty"`
+	ChangedAt time.Time `json:"changed_at,omitzero"`
+}
+
+// allocate makes the pass's one daemon-wide decision: it feeds the
+// ledger the fleets' spend, builds the allocator's input from the store,
+// the runtimes and the rendezvous, decides, and hands each fleet's
+// allocation to its runtime for its pass (capAllocation). Without
+// projects and budgets it decides nothing and every fleet is sized as
+// before.
+func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
+	c := p.c
+	now := c.now()
+	specs := map[string]*spec.Fleet{}
+	any := c.opts.Projects.Enabled()
+	for _, f := range fleets {
+		if f.Destroying || f.Completed {
+			continue
+		}
+		if fl, err := c.opts.Specs.Spec(f); err == nil {
+			specs[f.Name] = fl
+			any = any || fl.Budget != nil
+		}
+	}
+	if !any {
+		p.setDecision(nil)
+		return
+	}
+	p.observeSpend(ctx, fleets, specs, now)
+	in := allocator.Input{Now: now, PoolGPUs: c.opts.Projects.Pool(), Params: c.opts.Allocation,
+		Projects: allocator.ProjectsOf(c.opts.Projects, func(pr projects.Project) budget.Status {
+			return p.status("project", pr.Name, *pr.Budget)
+		})}
+	var rst rendezvous.Status
+	rz := c.rz()
+	for _, f := range fleets {
+		fl, ok := specs[f.Name]
+		if !ok {
+			continue
+		}
+		af := allocator.FromSpec(fl)
+		var nodes []state.Node
+		_ = c.store.View(ctx, func(tx state.Tx) error {
+			var err error
+			nodes, err = tx.Nodes(f.Name)
+			return err
+		})
+		rank0 := ""
+		if rz != nil {
+			if st, err := rz.Status(f.Name); err == nil {
+				rst = st
+				for _, m := range rst.Members {
+					if m.GroupRank != nil && *m.GroupRank == 0 {
+						rank0 = m.NodeID
+					}
+				}
+			}
+		}
+		var priced int
+		for _, n := range nodes {
+			if !reconcile.Live(n.State) {
+				continue
+			}
+			af.Nodes = append(af.Nodes, allocator.Node{ID: n.ID, Rank0: n.ID == rank0, OnDemand: n.Offering.CapacityType == providers.OnDemand,
+				PricePerHour: n.Offering.PricePerHour, Since: n.CreatedAt})
+			if n.Offering.PricePerHour > 0 {
+				af.PricePerNodeHour += n.Offering.PricePerHour
+				priced++
+			}
+		}
+		if priced > 0 {
+			af.PricePerNodeHour /= float64(priced)
+		}
+		af.Current = len(af.Nodes)
+		if fl.Budget != nil {
+			af.Budget = allocator.BudgetOf(p.status("fleet", f.Name, *fl.Budget))
+		}
+		// The runtime belongs to the fleet's pass: read it under the pass lock.
+		e := c.entry(f.Name)
+		e.pass.Lock()
+		rt := c.runtime(f.Name)
+		sa := rt.Alloc
+		if fl.DesiredNodes == 0 && rt.Scale.Target > 0 {
+			af.Want = rt.Scale.Target
+		}
+		if rt.Training != nil {
+			af.Curve = allocator.CurveFromPoints(rt.Training.Points(""))
+		}
+		e.pass.Unlock()
+		af.Running, af.Paused, af.PausedByBudget = sa.Admitted, sa.Paused, sa.PausedByBudget
+		af.Arrival, af.LastChange = sa.Arrival, sa.LastChange
+		if af.Arrival.IsZero() {
+			af.Arrival = f.CreatedAt
+		}
+		if p, ok := c.opts.Projects.Get(af.Project); ok {
+			af.Priority = p.Priority
+		}
+		in.Fleets = append(in.Fleets, af)
+	}
+	dec := allocator.Decide(in)
+	p.setDecision(&dec)
+	for _, a := range dec.Fleets {
+		p.admit(ctx, a, now)
+	}
+}
+
+// admit records a fleet's allocation in its runtime: what the allocator
+// must remember (admitted, paused) and what its pass caps its size by.
+func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time) {
+	c := p.c
+	e := c.entry(a.Fleet)
+	e.pass.Lock()
+	defer e.pass.Unlock()
+	rt := c.runtime(a.Fleet)
+	sa := &rt.Alloc
+	was := *sa
+	switch a.Action {
+	case allocator.Run:
+		sa.Admitted, sa.Paused, sa.PausedByBudget = true, false, false
+	case allocator.Queue:
+		// A fleet paused by its budget queues again once the budget allows.
+		if sa.PausedByBudget {
+			sa.Paused, sa.PausedByBudget, sa.Arrival = false, false, now
+		}
+		sa.Admitted = false
+	case allocator.Pause, allocator.Stop:
+		sa.Admitted, sa.Paused, sa.PausedByBudget = false, true, true
+	case allocator.Paused:
+		sa.Admitted = false
+	}
+	if a.From != sa.Current {
+		sa.Current, sa.LastChange = a.From, now
+	}
+	to := a.To
+	if a.Action != allocator.Run {
+		to = 0
+	}
+	if to != sa.To {
+		sa.To, sa.ChangedAt = to, now
+	}
+	if a.Action != allocator.Run && a.Action != allocator.Queue && was.Paused != sa.Paused {
+		c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: "fleet.paused", Message: fmt.Sprintf("fleet %s paused: %s", a.Fleet, a.Reason),
+			Data: map[string]string{"kind": a.Kind}})
+	}
+	if was.Paused && !sa.Paused {
+		c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: "fleet.resumed", Message: fmt.Sprintf("fleet %s queues to start again: %s", a.Fleet, a.Reason)})
+	}
+	rt.mu.Lock()
+	al := a
+	rt.alloc = &al
+	rt.mu.Unlock()
+}
+
+// capAllocation caps the pass's target by the fleet's allocation (never
+// above what its autoscaler or spec wants: the reconciler takes the
+// smaller), names the nodes to drain first, and holds a queued or paused
+// fleet at zero nodes through the normal drain path.
+func capAllocation(rt *Runtime, in *reconcile.Input) {
+	rt.mu.Lock()
+	a := rt.alloc
+	rt.mu.Unlock()
+	if a == nil || a.Kind == "unlimited" || a.Kind == "no-project" {
+		return
+	}
+	to := a.To
+	if a.Action != allocator.Run {
+		to = 0
+	}
+	in.Allot = &reconcile.Allot{Nodes: to, Drain: a.Remove, Reason: string(a.Action) + ": " + a.Reason}
+	if rt.Alloc.ChangedAt.After(in.TargetAt) {
+		in.TargetAt = rt.Alloc.ChangedAt
+	}
+}
+
+// setDecision keeps the last decision for the API (nil: none made).
+func (p *pool) setDecision(d *allocator.Decision) {
+	p.mu.Lock()
+	p.decision = d
+	p.mu.Unlock()
+	if d == nil {
+		c := p.c
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.fleets {
+			if e.rt != nil {
+				e.rt.mu.Lock()
+				e.rt.alloc = nil
+				e.rt.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Decision is the last allocation decision; false when none was made (no
+// project and no budget configured, or no pass yet).
+func (c *Controller) Decision() (allocator.Decision, bool) {
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if c.pool.decision == nil {
+		return allocator.Decision{}, false
+	}
+	return *c.pool.decision, true
+}
+
+// Resume un-pauses a fleet: it queues to start again (at the back of its
+// priority). A fleet whose budget is still exhausted is paused again by
+// the next decision. It returns false when the fleet was not paused.
+func (c *Controller) Resume(ctx context.Context, name string) (bool, error) {
+	e := c.entry(name)
+	e.pass.Lock()
+	rt := c.runtime(name)
+	sa := &rt.Alloc
+	if !sa.Paused {
+		e.pass.Unlock()
+		return false, nil
+	}
+	now := c.now()
+	sa.Paused, sa.PausedByBudget, sa.Admitted, sa.Arrival = false, false, false, now
+	c.save(ctx, name, rt, now, true)
+	e.pass.Unlock()
+	c.appendEvent(ctx, state.Event{Fleet: name, Type: "fleet.resumed", Message: fmt.Sprintf("fleet %s resumed: it queues to start again", name)})
+	c.Kick()
+	return true, nil
+}
