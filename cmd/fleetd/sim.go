@@ -62,6 +62,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&interval, "interval", "how often the deadline policy is consulted off steady spot (default: the trace tick)")
 	var vars varFlag
 	varFiles := registerVars(fs, &vars)
+	wl := addWorkloadFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: fleetd sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]")
 		fmt.Fprintln(stderr, "\nRuns fleetd's reconciler, placement and deadline policies in virtual time over a spot")
@@ -71,6 +72,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if wl.path != "" && *specPath == "" && fs.NArg() == 0 {
+		return wl.run(*policies, interval.d, changeover.d, *asJSON, stdout, stderr)
 	}
 	if *specPath == "" || fs.NArg() > 0 {
 		fs.Usage()

@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ type App struct {
 	// M0 is the reference batch size: the smallest validation-B.csv's B.
 	// Progress is counted in M0-sized steps of statistical progress.
 	M0 float64
+	// MaxBatch is the largest validation-B.csv's B: the largest global
+	// batch whose efficiency was measured, the adaptive policy's bound.
+	MaxBatch float64
 	// EpochSize is one epoch in progress units (the reference file's
 	// progress per row: the dataset over M0).
 	EpochSize float64
@@ -145,6 +149,7 @@ func (a *App) loadValidation(dir string) error {
 		if best == 0 || b < best {
 			best, bestPath = b, f
 		}
+		a.MaxBatch = max(a.MaxBatch, float64(b))
 	}
 	if best == 0 {
 		return fmt.Errorf("no validation-B.csv in %s", dir)
@@ -311,8 +316,8 @@ func parsePlacement(s string) (placement, error) {
 }
 
 // readCSV checks the header and hands each row with its fields parsed
-// as numbers (NaN where one is not).
-func readCSV(path string, header []string, row func(f []string, v []float64) error) error {
+// as numbers: all but the first and the text columns must be.
+func readCSV(path string, header []string, row func(f []string, v []float64) error, text ...int) error {
 	fh, err := os.Open(path)
 	if err != nil {
 		return err
@@ -338,7 +343,7 @@ func readCSV(path string, header []string, row func(f []string, v []float64) err
 		v := make([]float64, len(f))
 		for i, s := range f {
 			x, err := strconv.ParseFloat(s, 64)
-			if err != nil && i > 0 {
+			if err != nil && i > 0 && !slices.Contains(text, i) {
 				return fmt.Errorf("%s:%d: %s %q is not a number", filepath.Base(path), line, header[i], s)
 			}
 			v[i] = x
