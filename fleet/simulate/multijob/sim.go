@@ -3,6 +3,7 @@ package multijob
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,7 +29,7 @@ type Config struct {
 }
 
 // Policies are the policies Run knows.
-var Policies = []string{"fifo", "fleetd", "fleetd-adaptive"}
+var Policies = []string{"fifo", "tiresias", "fleetd", "fleetd-adaptive"}
 
 // JobResult is one job's outcome (times from the workload's start).
 type JobResult struct {
@@ -60,18 +61,20 @@ type Result struct {
 // jobState is a job during a run.
 type jobState struct {
 	Job
-	app       *App
-	progress  float64
-	gpus      int
-	batch     float64
-	admitted  bool
-	started   bool
-	start     time.Duration
-	end       time.Duration
-	done      bool
-	stall     time.Duration
-	changed   time.Duration
-	restarts  int
+	app      *App
+	progress float64
+	gpus     int
+	batch    float64
+	admitted bool
+	started  bool
+	start    time.Duration
+	end      time.Duration
+	done     bool
+	stall    time.Duration
+	changed  time.Duration
+	restarts int
+	// service is the GPU time it has held (Tiresias' attained service).
+	service   time.Duration
 	target    float64
 	maxBatch  float64
 	batchMemo map[[2]int]float64
@@ -102,6 +105,8 @@ func Run(cfg Config, policy string) (Result, error) {
 	switch policy {
 	case "fifo":
 		d = fifo{pool: pool}
+	case "tiresias":
+		d = tiresias{pool: pool, threshold: TiresiasThreshold}
 	case "fleetd", "fleetd-adaptive":
 		d = &fleetd{cfg: cfg, pool: pool, adaptive: policy == "fleetd-adaptive"}
 	default:
@@ -170,6 +175,7 @@ func Run(cfg Config, policy string) (Result, error) {
 				continue
 			}
 			res.GPUHours += float64(j.gpus) * iv.Hours()
+			j.service += time.Duration(j.gpus) * iv
 			run := iv - min(j.stall, iv)
 			j.stall -= iv - run
 			if run <= 0 {
@@ -233,6 +239,36 @@ func (p fifo) decide(_ time.Duration, live []*jobState) {
 			return
 		}
 		j.gpus, free = want, free-want
+	}
+}
+
+// TiresiasThreshold is the attained service (GPU time) past which a job
+// drops to Tiresias' second queue: the artifact's 16 GPU-hours.
+const TiresiasThreshold = 16 * time.Hour
+
+// tiresias is 2D-LAS with two priority queues (Gu et al., NSDI 2019):
+// jobs that have held less than threshold GPU time come first; within a
+// queue, by arrival. Each interval it goes down that order giving each
+// job its requested GPUs at its requested batch where they fit,
+// skipping those that do not (work-conserving), and preempts a running
+// job that no longer fits (it resumes later from its checkpoint, paying
+// the changeover).
+type tiresias struct {
+	pool      int
+	threshold time.Duration
+}
+
+func (p tiresias) decide(_ time.Duration, live []*jobState) {
+	order := slices.Clone(live)
+	sort.SliceStable(order, func(a, b int) bool {
+		return order[a].service < p.threshold && order[b].service >= p.threshold
+	})
+	free := p.pool
+	for _, j := range order {
+		j.gpus = 0
+		if want := min(j.Replicas, p.pool); want <= free {
+			j.gpus, free = want, free-want
+		}
 	}
 }
 

@@ -150,3 +150,22 @@ func TestLoadWorkload(t *testing.T) {
 		t.Errorf("WorkloadNumber: %d", n)
 	}
 }
+
+// TestTiresiasTwoQueues: a job past the threshold of attained service
+// yields its GPUs to a newer job still in the first queue, and a job
+// that does not fit is skipped for one behind it that does.
+func TestTiresiasTwoQueues(t *testing.T) {
+	old := &jobState{Job: Job{Name: "old", Replicas: 6}, gpus: 6, service: TiresiasThreshold}
+	young := &jobState{Job: Job{Name: "young", Replicas: 4}}
+	big := &jobState{Job: Job{Name: "big", Replicas: 8}}
+	small := &jobState{Job: Job{Name: "small", Replicas: 2}}
+	tiresias{pool: 8, threshold: TiresiasThreshold}.decide(0, []*jobState{old, young, big, small})
+	got := map[string]int{}
+	for _, j := range []*jobState{old, young, big, small} {
+		got[j.Name] = j.gpus
+	}
+	want := map[string]int{"old": 0, "young": 4, "big": 0, "small": 2}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
