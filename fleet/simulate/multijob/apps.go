@@ -38,8 +38,9 @@ type App struct {
 	// MinLocal, MaxLocal bound the measured per-GPU batch sizes; above
 	// MaxLocal a step accumulates gradients over several micro-batches.
 	MinLocal, MaxLocal float64
-	// phi[e] is the gradient noise scale (samples) during epoch e.
-	phi []float64
+	// phi holds the gradient noise scale (samples) per epoch of each
+	// validation file, by batch.
+	phi []phiCurve
 	// steps holds the measured step times per placement (key: nodes,
 	// replicas; placements of one shape, such as 14 and 23, averaged),
 	// sorted by local batch.
@@ -49,6 +50,11 @@ type App struct {
 	// syncSingle, syncMulti are the mean sync times per replica count of
 	// one-node and multi-node placements, sorted by replicas.
 	syncSingle, syncMulti []point
+}
+
+type phiCurve struct {
+	b   float64
+	phi []float64
 }
 
 type placement struct{ nodes, replicas int }
@@ -136,68 +142,99 @@ func LoadApp(dir string) (*App, error) {
 	return a, nil
 }
 
-// loadValidation reads the reference (smallest) batch size's file: the
-// noise scale per epoch, the epoch size and the target.
+// loadValidation reads the validation files: the noise scale per epoch
+// at each measured batch, and from the reference (smallest) batch's file
+// the epoch size and the target.
 func (a *App) loadValidation(dir string) error {
 	files, _ := filepath.Glob(filepath.Join(dir, "validation-*.csv"))
-	best, bestPath := 0, ""
+	type file struct {
+		b    float64
+		path string
+	}
+	var fs []file
 	for _, f := range files {
 		b, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "validation-"), ".csv"))
 		if err != nil || b <= 0 {
 			return fmt.Errorf("%s: want validation-B.csv with B a positive batch size", filepath.Base(f))
 		}
-		if best == 0 || b < best {
-			best, bestPath = b, f
-		}
-		a.MaxBatch = max(a.MaxBatch, float64(b))
+		fs = append(fs, file{float64(b), f})
 	}
-	if best == 0 {
+	if len(fs) == 0 {
 		return fmt.Errorf("no validation-B.csv in %s", dir)
 	}
-	a.M0 = float64(best)
-	var last float64
-	err := readCSV(bestPath, []string{"progress", "iteration", "metric", "grad_sqr", "grad_var"}, func(f []string, v []float64) error {
-		if !(v[3] >= 0 && v[4] >= 0) {
-			return fmt.Errorf("grad_sqr %s, grad_var %s: want both >= 0", f[3], f[4])
+	sort.Slice(fs, func(i, j int) bool { return fs[i].b < fs[j].b })
+	a.M0, a.MaxBatch = fs[0].b, fs[len(fs)-1].b
+	for i, f := range fs {
+		var phis []float64
+		var last float64
+		err := readCSV(f.path, []string{"progress", "iteration", "metric", "grad_sqr", "grad_var"}, func(c []string, v []float64) error {
+			if !(v[3] >= 0 && v[4] >= 0) {
+				return fmt.Errorf("grad_sqr %s, grad_var %s: want both >= 0", c[3], c[4])
+			}
+			// grad_var is the variance of the M0-batch gradient (AdaptDL
+			// normalizes it to the initial batch); over the squared
+			// gradient norm it is the noise at M0, so the noise scale in
+			// samples is M0 times it. A zero norm (measured as 0 late in
+			// a run) is all noise: efficiency 1 at any batch.
+			phi := math.Inf(1)
+			if v[3] > 0 {
+				phi = a.M0 * v[4] / v[3]
+			}
+			phis = append(phis, phi)
+			last = v[0]
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		// The files' grad_var is the variance of the M0-batch gradient;
-		// over the squared gradient norm it is the noise at M0, so the
-		// noise scale in samples is M0 times it. A zero norm (measured
-		// as 0 late in a run) is all noise: efficiency 1 at any batch.
-		phi := math.Inf(1)
-		if v[3] > 0 {
-			phi = a.M0 * v[4] / v[3]
+		if len(phis) == 0 || last <= 0 {
+			return fmt.Errorf("%s: no epochs", filepath.Base(f.path))
 		}
-		a.phi = append(a.phi, phi)
-		last = v[0]
-		return nil
-	})
-	if err != nil {
-		return err
+		if i == 0 {
+			a.Epochs = len(phis)
+			a.EpochSize = last / float64(len(phis))
+		}
+		a.phi = append(a.phi, phiCurve{b: f.b, phi: phis})
 	}
-	if len(a.phi) == 0 || last <= 0 {
-		return fmt.Errorf("%s: no epochs", filepath.Base(bestPath))
-	}
-	a.Epochs = len(a.phi)
-	a.EpochSize = last / float64(len(a.phi))
 	return nil
 }
 
 // Target is the progress that completes a job of the application.
 func (a *App) Target() float64 { return float64(a.Epochs) * a.EpochSize }
 
-// Phi is the gradient noise scale at a progress: the measurement of the
-// epoch it falls in (the last epoch's past the end).
-func (a *App) Phi(progress float64) float64 {
-	e := int(progress / a.EpochSize)
-	return a.phi[min(max(e, 0), len(a.phi)-1)]
+// Phi is the gradient noise scale at a progress for a job training at
+// global batch m: each file's measurement for the epoch the progress
+// falls in (its last past its end), interpolated linearly in log m
+// between the two measured batches around m (the nearest outside them).
+// The noise scale depends on the trajectory, and a job's follows the
+// batch it trains at.
+func (a *App) Phi(progress, m float64) float64 {
+	e := max(int(progress/a.EpochSize), 0)
+	at := func(c phiCurve) float64 { return c.phi[min(e, len(c.phi)-1)] }
+	i := sort.Search(len(a.phi), func(i int) bool { return a.phi[i].b >= m })
+	switch {
+	case i == 0:
+		return at(a.phi[0])
+	case i == len(a.phi):
+		return at(a.phi[len(a.phi)-1])
+	}
+	lo, hi := a.phi[i-1], a.phi[i]
+	u := math.Log(m/lo.b) / math.Log(hi.b/lo.b)
+	p, q := at(lo), at(hi)
+	if math.IsInf(p, 1) || math.IsInf(q, 1) {
+		if u < 0.5 {
+			return p
+		}
+		return q
+	}
+	return p + (q-p)*u
 }
 
 // Efficiency is the statistical efficiency of global batch m at a
 // progress: one sample at batch m is worth (phi+M0)/(phi+m) of one at
 // M0 (Pollux's formula; 1 at M0, falling as m outgrows the noise scale).
 func (a *App) Efficiency(m, progress float64) float64 {
-	phi := a.Phi(progress)
+	phi := a.Phi(progress, m)
 	if math.IsInf(phi, 1) {
 		return 1
 	}

@@ -28,6 +28,8 @@ func TestAppModelsMatchTheMeasurements(t *testing.T) {
 	cifar := apps["cifar10"]
 	phi1 := 128 * 5.066593295150894 / 8.947307535897329
 	phiLast := 128 * 0.2656905672841092 / 0.0008797251757316566
+	phi1024 := 128 * 6.740279795719679 / 8.978532644212862
+	phi2048 := 128 * 5.4859538034431825 / 10.73321269096998
 	for _, tc := range []struct {
 		name      string
 		got, want float64
@@ -48,10 +50,15 @@ func TestAppModelsMatchTheMeasurements(t *testing.T) {
 		{"reference batch", cifar.M0, 128},
 		{"target epochs: the reference file's rows", float64(cifar.Epochs), 100},
 		{"epoch size", cifar.EpochSize, 39063.0 / 100},
-		{"noise scale, first epoch", cifar.Phi(0), phi1},
-		{"noise scale, past the end", cifar.Phi(1e9), phiLast},
+		{"noise scale, first epoch", cifar.Phi(0, 128), phi1},
+		{"noise scale, past the end", cifar.Phi(1e9, 128), phiLast},
+		{"below the smallest batch: its file", cifar.Phi(0, 64), phi1},
+		// validation-1024.csv, first row.
+		{"noise scale at a measured batch", cifar.Phi(0, 1024), phi1024},
+		// halfway (in log) between 1024 and 2048.
+		{"noise scale between batches: linear in log", cifar.Phi(0, 1024*math.Sqrt2), (phi1024 + phi2048) / 2},
 		{"efficiency at M0", cifar.Efficiency(128, 0), 1},
-		{"efficiency at 1024, first epoch", cifar.Efficiency(1024, 0), (phi1 + 128) / (phi1 + 1024)},
+		{"efficiency at 1024, first epoch", cifar.Efficiency(1024, 0), (phi1024 + 128) / (phi1024 + 1024)},
 		{"throughput: samples per step time", cifar.Throughput(1, 4, 64), 64 / 0.05983335971832275},
 		{"goodput at M0 in steps of M0 per second", cifar.Goodput(1, 4, 128, 0), 128 / cifar.StepTime(1, 1, 128) / 128},
 		{"bert target", float64(apps["bert"].Epochs), 2},
