@@ -169,3 +169,40 @@ func TestTiresiasTwoQueues(t *testing.T) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
+
+// TestAllocatorGivesGPUsToTheJobThatScales pins the allocator's rule on
+// two hand-made applications (testdata/apps): linear scales with every
+// GPU, flat gains nothing past 2. Arriving together on 8 GPUs, the
+// linear job gets the GPUs the flat one cannot use, and both end sooner
+// on average than at their requests of 4 each.
+func TestAllocatorGivesGPUsToTheJobThatScales(t *testing.T) {
+	apps, err := LoadApps(filepath.Join("testdata", "apps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := LoadWorkload(filepath.Join("testdata", "linflat.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Apps: apps, Jobs: jobs, Nodes: 1, PerNode: 8, Changeover: time.Minute}
+	var live []*jobState
+	for _, j := range jobs {
+		live = append(live, &jobState{Job: j, app: apps[j.App], batch: j.Batch, target: apps[j.App].Target(), maxBatch: j.Batch, batchMemo: map[[2]int]float64{}})
+	}
+	(&fleetd{cfg: cfg, pool: 8}).decide(0, live)
+	flat, linear := live[0].gpus, live[1].gpus
+	if flat < 1 || flat > 2 || flat+linear != 8 {
+		t.Fatalf("flat gets %d GPUs, linear %d: want flat 1-2 and linear the rest of 8", flat, linear)
+	}
+	avg := map[string]time.Duration{}
+	for _, p := range []string{"fifo", "fleetd"} {
+		r, err := Run(cfg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		avg[p] = r.AvgJCT
+	}
+	if !(avg["fleetd"] < avg["fifo"]) {
+		t.Fatalf("average JCT: fleetd %s, fifo %s", avg["fleetd"], avg["fifo"])
+	}
+}
