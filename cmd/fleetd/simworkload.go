@@ -30,13 +30,14 @@ func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
 
 // workloadReport is the -json output.
 type workloadReport struct {
-	Workload string                                       `json:"workload"`
-	Nodes    int                                          `json:"nodes"`
-	PerNode  int                                          `json:"gpus_per_node"`
-	Interval time.Duration                                `json:"interval"`
-	Results  []multijob.Result                            `json:"results"`
-	Wall     map[string]time.Duration                     `json:"wall"`
-	Pollux   *struct{ Pollux, Tiresias, Optimus float64 } `json:"published,omitempty"`
+	Workload string            `json:"workload"`
+	Nodes    int               `json:"nodes"`
+	PerNode  int               `json:"gpus_per_node"`
+	Interval time.Duration     `json:"interval"`
+	Results  []multijob.Result `json:"results"`
+	// Wall is each policy's run time in seconds.
+	Wall   map[string]float64     `json:"wall_seconds"`
+	Pollux *multijob.PublishedJCT `json:"published,omitempty"`
 }
 
 func (w *workloadFlags) run(policies string, interval, changeover time.Duration, asJSON bool, stdout, stderr io.Writer) int {
@@ -61,7 +62,7 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 		names = strings.Split(policies, ",")
 	}
 	cfg := multijob.Config{Apps: apps, Jobs: jobs, Nodes: nodes, PerNode: per, Interval: interval, Changeover: changeover}
-	rep := workloadReport{Workload: w.path, Nodes: nodes, PerNode: per, Interval: interval, Wall: map[string]time.Duration{}}
+	rep := workloadReport{Workload: w.path, Nodes: nodes, PerNode: per, Interval: interval, Wall: map[string]float64{}}
 	if interval <= 0 {
 		rep.Interval = time.Minute // multijob.Run's default, Pollux's
 	}
@@ -71,16 +72,20 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 		if err != nil {
 			return exitCode(stderr, usageError{err})
 		}
-		rep.Wall[res.Policy] = time.Since(began)
+		rep.Wall[res.Policy] = time.Since(began).Seconds()
 		rep.Results = append(rep.Results, res)
 	}
 	if pub, ok := multijob.Published[multijob.WorkloadNumber(w.path)]; ok && nodes*per == 64 {
 		rep.Pollux = &pub
 	}
 	if asJSON {
+		doc, err := secondsJSON(rep)
+		if err != nil {
+			return exitCode(stderr, err)
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return exitCode(stderr, enc.Encode(rep))
+		return exitCode(stderr, enc.Encode(doc))
 	}
 	return exitCode(stderr, rep.writeText(stdout))
 }
@@ -98,7 +103,7 @@ func (r *workloadReport) writeText(out io.Writer) error {
 		if r.Pollux != nil {
 			line += fmt.Sprintf("%.2f\t", res.AvgJCT.Seconds()/r.Pollux.Pollux)
 		}
-		fmt.Fprintln(tw, line+r.Wall[res.Policy].Round(time.Millisecond).String()+"\t")
+		fmt.Fprintln(tw, line+(time.Duration(r.Wall[res.Policy]*float64(time.Second))).Round(time.Millisecond).String()+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err

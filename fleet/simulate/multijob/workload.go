@@ -52,11 +52,18 @@ func LoadWorkload(path string) ([]Job, error) {
 
 // Published are Pollux's published average JCTs (seconds; 64 GPUs, job
 // load 1.0) for workloads 1-4, from configs/pollux/README.md.
-var Published = map[int]struct{ Pollux, Tiresias, Optimus float64 }{
+var Published = map[int]PublishedJCT{
 	1: {2089, 2474, 4087},
 	2: {3323, 5145, 6914},
 	3: {2188, 3876, 3944},
 	4: {2721, 3280, 5968},
+}
+
+// PublishedJCT is one workload's published average JCTs in seconds.
+type PublishedJCT struct {
+	Pollux   float64 `json:"pollux"`
+	Tiresias float64 `json:"tiresias"`
+	Optimus  float64 `json:"optimus_oracle"`
 }
 
 var workloadN = regexp.MustCompile(`^workload-(\d+)\.csv$`)
