@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleetd/fleet/simulate/multijob"
 )
 
 // TestSimWorkload runs `fleetd sim -workload` on the hand-made
@@ -26,8 +28,8 @@ func TestSimWorkload(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("%d policies, want 4: %s", len(rep.Results), out)
+	if len(rep.Results) != len(multijob.Policies) {
+		t.Fatalf("%d policies, want %d: %s", len(rep.Results), len(multijob.Policies), out)
 	}
 	for _, r := range rep.Results {
 		if r.Unfinished != 0 || r.AvgJCT <= 0 {

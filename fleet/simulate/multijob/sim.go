@@ -29,7 +29,7 @@ type Config struct {
 }
 
 // Policies are the policies Run knows.
-var Policies = []string{"fifo", "tiresias", "fleetd", "fleetd-adaptive"}
+var Policies = []string{"fifo", "tiresias", "optimus", "fleetd", "fleetd-adaptive"}
 
 // JobResult is one job's outcome (times from the workload's start).
 type JobResult struct {
@@ -105,6 +105,8 @@ func Run(cfg Config, policy string) (Result, error) {
 	switch policy {
 	case "fifo":
 		d = fifo{pool: pool}
+	case "optimus":
+		d = optimus{pool: pool, perNode: cfg.PerNode}
 	case "tiresias":
 		d = tiresias{pool: pool, threshold: TiresiasThreshold}
 	case "fleetd", "fleetd-adaptive":
@@ -269,6 +271,45 @@ func (p tiresias) decide(_ time.Duration, live []*jobState) {
 		if want := min(j.Replicas, p.pool); want <= free {
 			j.gpus, free = want, free-want
 		}
+	}
+}
+
+// optimus is Optimus+Oracle (Peng et al., EuroSys 2018, with each job's
+// remaining work known exactly, as Pollux evaluates it): at requested
+// batch sizes, every job in arrival order gets one GPU while any is
+// free, then each further GPU goes to the job whose remaining time it
+// shortens most, until none shortens any.
+type optimus struct{ pool, perNode int }
+
+func (p optimus) decide(_ time.Duration, live []*jobState) {
+	left := func(j *jobState, n int) float64 {
+		if n <= 0 {
+			return math.Inf(1)
+		}
+		return (j.target - j.progress) / j.app.Goodput(n, p.perNode, j.Batch, j.progress)
+	}
+	free := p.pool
+	for _, j := range live {
+		j.gpus = 0
+		if free > 0 {
+			j.gpus, free = 1, free-1
+		}
+	}
+	for ; free > 0; free-- {
+		var best *jobState
+		gain := 0.0
+		for _, j := range live {
+			if j.gpus == 0 || j.gpus >= max(1, min(p.pool, int(j.Batch/j.app.MinLocal))) {
+				continue
+			}
+			if g := left(j, j.gpus) - left(j, j.gpus+1); g > gain {
+				best, gain = j, g
+			}
+		}
+		if best == nil {
+			return
+		}
+		best.gpus++
 	}
 }
 

@@ -206,3 +206,20 @@ func averages(t *testing.T, cfg Config, policies ...string) map[string]time.Dura
 	}
 	return avg
 }
+
+// TestOptimusFavoursRemainingWork: two linear jobs, one with nine times
+// the other's remaining work: each gets a GPU, and the oracle gives the
+// longer one most of the rest (a GPU saves it the most time).
+func TestOptimusFavoursRemainingWork(t *testing.T) {
+	apps, err := LoadApps(filepath.Join("testdata", "apps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := apps["linear"]
+	long := &jobState{Job: Job{Name: "long", Batch: 64}, app: a, target: a.Target()}
+	short := &jobState{Job: Job{Name: "short", Batch: 64}, app: a, target: a.Target(), progress: a.Target() * 8 / 9}
+	optimus{pool: 8, perNode: 8}.decide(0, []*jobState{short, long})
+	if short.gpus < 1 || long.gpus <= short.gpus || short.gpus+long.gpus != 8 {
+		t.Fatalf("short job %d GPUs, long %d: want both running, the long one on more, 8 in all", short.gpus, long.gpus)
+	}
+}
