@@ -121,10 +121,12 @@ var helpTexts = map[string]helpText{
 		examples: []string{"fleetd serve -dev", "fleetd serve -config /etc/fleetd/daemon.hcl -log-json"},
 	},
 	"sim": {
-		usage: []string{"sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]"},
+		usage: []string{"sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]", "sim -workload FILE.csv [-apps DIR] [-pool 16x4] [-policies fifo,fleetd,fleetd-adaptive] [-json]"},
 		about: "Runs the reconciler, placement and deadline policies in virtual time over a spot trace,\n" +
-			"for many start windows, and compares them with baselines and the optimum.",
-		examples: []string{"fleetd sim -spec examples/sim/deadline.hcl", "fleetd sim -spec deadline.hcl -start 72h -policies fleetd,greedy -v"},
+			"for many start windows, and compares them with baselines and the optimum. With -workload,\n" +
+			"simulates many jobs sharing a fixed GPU pool (Pollux's setting) under fleetd's allocator\n" +
+			"and baselines.",
+		examples: []string{"fleetd sim -spec examples/sim/deadline.hcl", "fleetd sim -workload configs/pollux/workloads/workload-1.csv", "fleetd sim -spec deadline.hcl -start 72h -policies fleetd,greedy -v"},
 	},
 	"state": {
 		usage: []string{

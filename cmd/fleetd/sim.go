@@ -59,11 +59,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	var work, deadline, changeover, latency, interval durationFlag
 	fs.Var(&work, "work", "job length at max_nodes (default: the spec's work)")
 	fs.Var(&deadline, "deadline", "deadline after each window's start (default: the spec's deadline minus the trace start)")
-	fs.Var(&changeover, "changeover", "cost of one (re)start, launch included (default: the block's changeover, 12m)")
+	fs.Var(&changeover, "changeover", "cost of one (re)start, launch included (default: the block's changeover, 12m; with -workload: 1m)")
 	fs.Var(&latency, "launch-latency", "launch until the agent joins (default: the block's launch_latency, 2m)")
-	fs.Var(&interval, "interval", "how often the deadline policy is consulted off steady spot (default: the trace tick)")
+	fs.Var(&interval, "interval", "how often the deadline policy is consulted off steady spot (default: the trace tick; with -workload: the scheduling interval, 1m)")
 	var vars varFlag
 	varFiles := registerVars(fs, &vars)
+	wl := addWorkloadFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: fleetd sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]")
 		fmt.Fprintln(stderr, "\nRuns fleetd's reconciler, placement and deadline policies in virtual time over a spot")
@@ -73,6 +74,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if wl.path != "" && *specPath == "" && fs.NArg() == 0 {
+		return wl.run(*policies, interval.d, changeover.d, *asJSON, stdout, stderr)
 	}
 	if *specPath == "" || fs.NArg() > 0 {
 		fs.Usage()

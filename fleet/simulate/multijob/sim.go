@@ -1,0 +1,408 @@
+package multijob
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet/allocator"
+)
+
+// Config is one simulation.
+type Config struct {
+	Apps map[string]*App
+	Jobs []Job
+	// Nodes x PerNode GPUs is the fixed pool.
+	Nodes, PerNode int
+	// Interval is how often the policy decides (Pollux: 60 s).
+	Interval time.Duration
+	// Changeover is a resize's stall: the job's workers restart from its
+	// checkpoint. Default allocator.DefaultRestartChangeover (the
+	// daemon's default for restarting fleets).
+	Changeover time.Duration
+	// Params tune the fleetd policies' allocator (zero: its defaults).
+	Params allocator.Params
+	// Limit ends a run whose jobs have not all finished (default 30 days).
+	Limit time.Duration
+}
+
+// Policies are the policies Run knows.
+var Policies = []string{"fifo", "tiresias", "optimus", "fleetd", "fleetd-adaptive"}
+
+// JobResult is one job's outcome (times from the workload's start).
+type JobResult struct {
+	Name     string        `json:"name"`
+	App      string        `json:"app"`
+	Arrival  time.Duration `json:"arrival"`
+	Start    time.Duration `json:"start"`
+	End      time.Duration `json:"end"`
+	Done     bool          `json:"done"`
+	Restarts int           `json:"restarts"`
+}
+
+// JCT is the job's completion time, arrival to end.
+func (r JobResult) JCT() time.Duration { return r.End - r.Arrival }
+
+// Result is one policy's run.
+type Result struct {
+	Policy     string        `json:"policy"`
+	Jobs       []JobResult   `json:"jobs"`
+	AvgJCT     time.Duration `json:"avg_jct"`
+	P99JCT     time.Duration `json:"p99_jct"`
+	Makespan   time.Duration `json:"makespan"`
+	Unfinished int           `json:"unfinished"`
+	Restarts   int           `json:"restarts"`
+	// GPUHours is the GPUs held over time, changeovers included.
+	GPUHours float64 `json:"gpu_hours"`
+}
+
+// jobState is a job during a run.
+type jobState struct {
+	Job
+	app      *App
+	progress float64
+	gpus     int
+	batch    float64
+	admitted bool
+	started  bool
+	start    time.Duration
+	end      time.Duration
+	done     bool
+	stall    time.Duration
+	changed  time.Duration
+	restarts int
+	// service is the GPU time it has held (Tiresias' attained service).
+	service   time.Duration
+	target    float64
+	maxBatch  float64
+	batchMemo map[[2]int]float64
+}
+
+// decider is a policy: each interval it sets every live job's gpus and
+// batch (the jobs are in arrival order).
+type decider interface {
+	decide(now time.Duration, live []*jobState)
+}
+
+// Run simulates the workload under a policy.
+func Run(cfg Config, policy string) (Result, error) {
+	if cfg.Nodes < 1 || cfg.PerNode < 1 {
+		return Result{}, fmt.Errorf("pool %dx%d: want at least one node of one GPU", cfg.Nodes, cfg.PerNode)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Minute
+	}
+	if cfg.Changeover <= 0 {
+		cfg.Changeover = allocator.DefaultRestartChangeover
+	}
+	if cfg.Limit <= 0 {
+		cfg.Limit = 30 * 24 * time.Hour
+	}
+	pool := cfg.Nodes * cfg.PerNode
+	var d decider
+	switch policy {
+	case "fifo":
+		d = fifo{pool: pool}
+	case "optimus":
+		d = optimus{pool: pool, perNode: cfg.PerNode}
+	case "tiresias":
+		d = tiresias{pool: pool, threshold: TiresiasThreshold}
+	case "fleetd", "fleetd-adaptive":
+		d = &fleetd{cfg: cfg, pool: pool, adaptive: policy == "fleetd-adaptive"}
+	default:
+		return Result{}, fmt.Errorf("policy %q: want one of %v", policy, Policies)
+	}
+	jobs := make([]*jobState, len(cfg.Jobs))
+	for i, j := range cfg.Jobs {
+		a := cfg.Apps[j.App]
+		if a == nil {
+			return Result{}, fmt.Errorf("job %s: no model of application %q", j.Name, j.App)
+		}
+		jobs[i] = &jobState{Job: j, app: a, target: a.Target(), batch: j.Batch, maxBatch: max(a.MaxBatch, j.Batch), batchMemo: map[[2]int]float64{}}
+	}
+	sort.SliceStable(jobs, func(i, k int) bool { return jobs[i].Arrival < jobs[k].Arrival })
+	res := Result{Policy: policy}
+	iv := cfg.Interval
+	left := len(jobs)
+	var now time.Duration
+	for left > 0 && now <= cfg.Limit {
+		var live []*jobState
+		for _, j := range jobs {
+			if !j.done && j.Arrival <= now {
+				live = append(live, j)
+			}
+		}
+		if len(live) == 0 {
+			// Idle: jump to the first interval at or after the next arrival.
+			for _, j := range jobs {
+				if !j.done {
+					now = max(now, (j.Arrival+iv-1)/iv*iv)
+					break
+				}
+			}
+			continue
+		}
+		before := make([]int, len(live))
+		for i, j := range live {
+			before[i] = j.gpus
+		}
+		d.decide(now, live)
+		held := 0
+		for _, j := range live {
+			held += j.gpus
+		}
+		if held > pool {
+			return Result{}, fmt.Errorf("policy %s gave the jobs %d GPUs at %s, more than the pool's %d", policy, held, now, pool)
+		}
+		for i, j := range live {
+			if j.gpus == before[i] {
+				continue
+			}
+			j.changed = now
+			if j.gpus > 0 {
+				// Every (re)start stalls the job: its workers launch and load
+				// the checkpoint.
+				j.stall = cfg.Changeover
+				if j.started {
+					j.restarts++
+				} else {
+					j.started, j.start = true, now
+				}
+			}
+		}
+		for _, j := range live {
+			if j.gpus == 0 {
+				continue
+			}
+			res.GPUHours += float64(j.gpus) * iv.Hours()
+			j.service += time.Duration(j.gpus) * iv
+			run := iv - min(j.stall, iv)
+			j.stall -= iv - run
+			if run <= 0 {
+				continue
+			}
+			rate := j.app.Goodput(j.gpus, cfg.PerNode, j.batch, j.progress)
+			if !(rate > 0) {
+				continue
+			}
+			need := j.target - j.progress
+			if secs := run.Seconds(); rate*secs < need {
+				j.progress += rate * secs
+				continue
+			}
+			j.done, left = true, left-1
+			j.end = now + (iv - run) + time.Duration(need/rate*float64(time.Second))
+			j.progress, j.gpus = j.target, 0
+		}
+		now += iv
+	}
+	var jcts []time.Duration
+	for _, j := range jobs {
+		r := JobResult{Name: j.Name, App: j.App, Arrival: j.Arrival, Start: j.start, End: j.end, Done: j.done, Restarts: j.restarts}
+		res.Jobs = append(res.Jobs, r)
+		res.Restarts += j.restarts
+		if !j.done {
+			res.Unfinished++
+			continue
+		}
+		jcts = append(jcts, r.JCT())
+		res.Makespan = max(res.Makespan, j.end)
+	}
+	if len(jcts) > 0 {
+		var sum time.Duration
+		for _, c := range jcts {
+			sum += c
+		}
+		res.AvgJCT = sum / time.Duration(len(jcts))
+		sort.Slice(jcts, func(i, k int) bool { return jcts[i] < jcts[k] })
+		res.P99JCT = jcts[int(math.Ceil(0.99*float64(len(jcts))))-1]
+	}
+	return res, nil
+}
+
+// fifo gives each job its requested GPUs (capped at the pool) in
+// arrival order, at its requested batch; the head of the queue waits
+// until its GPUs are free and nothing passes it.
+type fifo struct{ pool int }
+
+func (p fifo) decide(_ time.Duration, live []*jobState) {
+	free := p.pool
+	for _, j := range live {
+		free -= j.gpus
+	}
+	for _, j := range live {
+		if j.gpus > 0 {
+			continue
+		}
+		want := min(j.Replicas, p.pool)
+		if want > free {
+			return
+		}
+		j.gpus, free = want, free-want
+	}
+}
+
+// TiresiasThreshold is the attained service (GPU time) past which a job
+// drops to Tiresias' second queue: the artifact's 16 GPU-hours.
+const TiresiasThreshold = 16 * time.Hour
+
+// tiresias is 2D-LAS with two priority queues (Gu et al., NSDI 2019):
+// jobs that have held less than threshold GPU time come first; within a
+// queue, by arrival. Each interval it goes down that order giving each
+// job its requested GPUs at its requested batch where they fit,
+// skipping those that do not (work-conserving), and preempts a running
+// job that no longer fits (it resumes later from its checkpoint, paying
+// the changeover).
+type tiresias struct {
+	pool      int
+	threshold time.Duration
+}
+
+func (p tiresias) decide(_ time.Duration, live []*jobState) {
+	order := slices.Clone(live)
+	sort.SliceStable(order, func(a, b int) bool {
+		return order[a].service < p.threshold && order[b].service >= p.threshold
+	})
+	free := p.pool
+	for _, j := range order {
+		j.gpus = 0
+		if want := min(j.Replicas, p.pool); want <= free {
+			j.gpus, free = want, free-want
+		}
+	}
+}
+
+// optimus is Optimus+Oracle (Peng et al., EuroSys 2018, with each job's
+// remaining work known exactly, as Pollux evaluates it): at requested
+// batch sizes, every job in arrival order gets one GPU while any is
+// free, then each further GPU goes to the job whose remaining time it
+// shortens most, until none shortens any.
+type optimus struct{ pool, perNode int }
+
+func (p optimus) decide(_ time.Duration, live []*jobState) {
+	left := func(j *jobState, n int) float64 {
+		if n <= 0 {
+			return math.Inf(1)
+		}
+		return (j.target - j.progress) / j.app.Goodput(n, p.perNode, j.Batch, j.progress)
+	}
+	free := p.pool
+	for _, j := range live {
+		j.gpus = 0
+		if free > 0 {
+			j.gpus, free = 1, free-1
+		}
+	}
+	for ; free > 0; free-- {
+		var best *jobState
+		gain := 0.0
+		for _, j := range live {
+			if j.gpus == 0 || j.gpus >= max(1, min(p.pool, int(j.Batch/j.app.MinLocal))) {
+				continue
+			}
+			if g := left(j, j.gpus) - left(j, j.gpus+1); g > gain {
+				best, gain = j, g
+			}
+		}
+		if best == nil {
+			return
+		}
+		best.gpus++
+	}
+}
+
+// fleetd is fleet/allocator.Decide over the jobs: one project holding
+// the whole pool, every job a fleet of 1-GPU nodes (min 1) whose curve
+// is its goodput at each GPU count, packed on the pool's nodes. At its
+// requested batch unless adaptive: then each GPU count's batch is the
+// one of most goodput (docs/sim.md).
+type fleetd struct {
+	cfg      Config
+	pool     int
+	adaptive bool
+}
+
+var epoch0 = time.Date(2021, 7, 14, 0, 0, 0, 0, time.UTC)
+
+func (p *fleetd) decide(now time.Duration, live []*jobState) {
+	in := allocator.Input{Now: epoch0.Add(now), PoolGPUs: p.pool, Params: p.cfg.Params,
+		Projects: []allocator.Project{{Name: "jobs", QuotaGPUs: p.pool, MaxGPUs: p.pool}}}
+	for _, j := range live {
+		f := allocator.Fleet{Name: j.Name, Project: "jobs", GPUsPerNode: 1, MinNodes: 1, MaxNodes: p.maxGPUs(j),
+			Current: j.gpus, Running: j.admitted, Arrival: epoch0.Add(j.Arrival),
+			Curve: curve{p: p, j: j}, Change: allocator.Change{Changeover: p.cfg.Changeover}}
+		if j.started {
+			f.LastChange = epoch0.Add(j.changed)
+		}
+		in.Fleets = append(in.Fleets, f)
+	}
+	dec := allocator.Decide(in)
+	for _, j := range live {
+		a, ok := dec.Fleet(j.Name)
+		if !ok || a.Action != allocator.Run {
+			continue
+		}
+		j.admitted, j.gpus = true, a.To
+		j.batch = p.batch(j, a.To)
+	}
+}
+
+// maxGPUs: a job's per-GPU batch stays within the measured ones.
+func (p *fleetd) maxGPUs(j *jobState) int {
+	m := j.Batch
+	if p.adaptive {
+		m = j.maxBatch
+	}
+	return max(1, min(p.pool, int(m/j.app.MinLocal)))
+}
+
+// batch is the global batch the job runs at on n GPUs: the requested
+// one, or (adaptive) the one of most goodput on a grid of quarter
+// powers of two between M0 and the largest validated batch, per-GPU
+// batches within the measured ones (memoized per epoch, as the noise
+// scale changes per epoch).
+func (p *fleetd) batch(j *jobState, n int) float64 {
+	if !p.adaptive || n <= 0 {
+		return j.Batch
+	}
+	key := [2]int{n, int(j.progress / j.app.EpochSize)}
+	if b, ok := j.batchMemo[key]; ok {
+		return b
+	}
+	a := j.app
+	lo, hi := max(a.M0, float64(n)*a.MinLocal), min(j.maxBatch, float64(n)*a.MaxLocal)
+	best, bestG := j.Batch, -1.0
+	for k := 0; ; k++ {
+		m := a.M0 * math.Exp2(float64(k)/4)
+		if m > hi*(1+1e-9) {
+			break
+		}
+		if m < lo*(1-1e-9) {
+			continue
+		}
+		if g := a.Goodput(n, p.cfg.PerNode, m, j.progress); g > bestG {
+			best, bestG = m, g
+		}
+	}
+	if bestG < 0 {
+		best = min(max(j.Batch, lo), hi)
+	}
+	j.batchMemo[key] = best
+	return best
+}
+
+// curve is a job's goodput per GPU count, as the allocator reads it.
+type curve struct {
+	p *fleetd
+	j *jobState
+}
+
+func (c curve) Throughput(n int) (float64, bool) {
+	if n < 1 {
+		return 0, false
+	}
+	g := c.j.app.Goodput(n, c.p.cfg.PerNode, c.p.batch(c.j, n), c.j.progress)
+	return g, g > 0
+}
