@@ -25,9 +25,47 @@ func fakeDevices(t *testing.T, root string, n int) {
 	}
 }
 
+// fakeGVNICs makes root look like an a3 VM on Google's image: gVNIC
+// interfaces named by PCI slot, the first carrying the default route.
+func fakeGVNICs(t *testing.T, root string, names ...string) {
+	t.Helper()
+	drv := filepath.Join(root, "sys/bus/pci/drivers/gve")
+	if err := os.MkdirAll(drv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range append(names, "lo") {
+		dev := filepath.Join(root, "sys/class/net", n, "device")
+		if err := os.MkdirAll(dev, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if n != "lo" {
+			if err := os.Symlink(drv, filepath.Join(dev, "driver")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	route := "Iface\tDestination\tGateway\n" + names[0] + "\t00000000\t0100800A\n" + names[0] + "\t0000800A\t00000000\n"
+	if err := os.MkdirAll(filepath.Join(root, "proc/net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc/net/route"), []byte(route), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNetworkEnv(t *testing.T) {
 	root := t.TempDir()
 	fakeDevices(t, root, 4)
+	// Listed out of PCI order, with the primary NIC in the middle.
+	mega := t.TempDir()
+	fakeGVNICs(t, mega, "enp0s12", "enp134s0", "enp13s0", "enp6s0", "enp142s0", "enp7s0", "enp14s0", "enp141s0", "enp135s0")
+	ultra := t.TempDir()
+	fakeGVNICs(t, ultra, "enp0s19", "enp192s20")
+	for i := range 8 {
+		if err := os.MkdirAll(filepath.Join(ultra, "sys/class/infiniband", "mlx5_"+itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a := rendezvous.Assignment{Round: 1, WorldSize: 8, LocalWorldSize: 8, GroupWorldSize: 1, MasterAddr: "10.0.0.1", MasterPort: 29500, RunID: "r"}
 	for _, c := range []struct {
 		name    string
@@ -51,6 +89,12 @@ func TestNetworkEnv(t *testing.T) {
 		{name: "tcpx", root: root, nc: &agentwire.NetworkConfig{Fabric: fabricTCPX, Interfaces: 4},
 			want:    map[string]string{"NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "eth1,eth2,eth3,eth4", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0", "NCCL_SOCKET_IFNAME": "eth0"},
 			network: "gpudirect-tcpx ×4"},
+		{name: "tcpxo on a VM image names NICs by PCI slot", root: mega, nc: &agentwire.NetworkConfig{Fabric: fabricTCPXO, Interfaces: 8},
+			want: map[string]string{"NCCL_FASTRAK_IFNAME": "enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0",
+				"NCCL_FASTRAK_CTRL_DEV": "enp0s12", "NCCL_SOCKET_IFNAME": "enp0s12"},
+			network: "gpudirect-tcpxo ×8"},
+		{name: "rdma sockets on both gVNICs", root: ultra, nc: &agentwire.NetworkConfig{Fabric: fabricRDMA, Interfaces: 8},
+			want: map[string]string{"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"}, network: "rdma ×8"},
 		{name: "spoofed FLEETD_NETWORK is dropped", root: root, base: []string{EnvNetwork + "=lies"}, absent: []string{EnvNetwork}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
