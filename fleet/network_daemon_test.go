@@ -116,6 +116,18 @@ fleet %q {
 			t.Errorf("h100 node %s records network %+v", n.ID, n.Network)
 		}
 	}
+	// Status says which path each node got.
+	for name, want := range map[string]string{"h100": "efa ×32, placement group " + group, "a100": "efa ×4"} {
+		det, err := td.client.Fleet(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range det.Nodes {
+			if n.Network != want {
+				t.Errorf("%s node %s: status network %q, want %q", name, n.ID, n.Network, want)
+			}
+		}
+	}
 
 	for _, name := range []string{"h100", "a100"} {
 		if _, err := td.client.Destroy(ctx, name); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/agentapi"
@@ -272,12 +273,29 @@ func nodeInfo(n state.Node, now time.Time) api.NodeInfo {
 	ni := api.NodeInfo{ID: n.ID, State: n.State, Reason: n.Reason, Provider: n.Offering.Provider, Region: n.Offering.Region,
 		Zone: n.Offering.Zone, InstanceType: n.Offering.InstanceType, CapacityType: string(n.Offering.CapacityType),
 		PricePerHour: n.Offering.PricePerHour, InstanceID: n.InstanceID, Address: n.Address, Round: n.Round,
-		AgeSeconds: now.Sub(n.CreatedAt).Seconds(), CreatedAt: n.CreatedAt}
+		AgeSeconds: now.Sub(n.CreatedAt).Seconds(), CreatedAt: n.CreatedAt, Network: nodeNetwork(n)}
 	if !n.LastHeartbeat.IsZero() {
 		hb := n.LastHeartbeat
 		ni.LastHeartbeat = &hb
 	}
 	return ni
+}
+
+// nodeNetwork is the fast path a node's launch asked for, in the agent's
+// words (agent.netPath.String) so status and FLEETD_NETWORK read alike.
+func nodeNetwork(n state.Node) string {
+	var parts []string
+	if n.Network.Fabric && n.Offering.Network.Fast() {
+		parts = append(parts, fmt.Sprintf("%s ×%d", n.Offering.Network.Fabric, n.Offering.Network.Interfaces))
+	}
+	if g := n.Network.GroupIn(n.Offering.Zone); g != "" {
+		kind := "placement group "
+		if n.Offering.Provider == "gcp" {
+			kind = "compact placement policy "
+		}
+		parts = append(parts, kind+g)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // notePriceAge folds a live node's price source and date into the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/placement"
 )
 
 func init() {
@@ -132,14 +134,27 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 		printJSON(stdout, views)
 		return exitOK
 	}
+	printOfferings(stdout, views, *all, time.Now())
+	return exitOK
+}
+
+// printOfferings renders the offerings views as tables, with the notes
+// and price sources under each.
+func printOfferings(w io.Writer, views []fleet.OfferingsView, all bool, now time.Time) {
 	for _, v := range views {
-		fmt.Fprintf(stdout, "fleet %q\n", v.Fleet)
-		tw := tabwriter.NewWriter(stdout, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\tCAPACITY\t$/H\t$/GPU-H\tINTR/H\tEXP-RUN\tINTR-$/H\tSCORE\tSPS\tAVAIL\tSTATUS")
+		fmt.Fprintf(w, "fleet %q\n", v.Fleet)
+		tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+		// The network column shows only when a fast path is on offer.
+		showNet := slices.ContainsFunc(v.Offerings, func(o placement.Ranked) bool { return o.Offering.Network.Fast() })
+		netHdr := ""
+		if showNet {
+			netHdr = "NETWORK\t"
+		}
+		fmt.Fprintln(tw, "  #\tPROVIDER\tZONE\tTYPE\t"+netHdr+"CAPACITY\t$/H\t$/GPU-H\tINTR/H\tEXP-RUN\tINTR-$/H\tSCORE\tSPS\tAVAIL\tSTATUS")
 		i := 0
 		excluded := map[string]int{}
 		for _, o := range v.Offerings {
-			if o.Excluded != "" && !*all {
+			if o.Excluded != "" && !all {
 				excluded[o.Excluded]++
 				continue
 			}
@@ -160,21 +175,24 @@ func runOfferings(args []string, stdout, stderr io.Writer) int {
 			if o.ExpectedRun > 0 {
 				run = fmt.Sprintf("%.1fh", o.ExpectedRun)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, o.Offering.InstanceType,
+			typ := o.Offering.InstanceType
+			if showNet {
+				typ += "\t" + o.Offering.Network.String()
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\n", i, o.Offering.Provider, o.Offering.Zone, typ,
 				o.Offering.CapacityType, o.Offering.PricePerHour, o.PricePerGPUHour, o.Rate, run, o.InterruptionCost, o.Score, sps, avail, strings.TrimSpace(status))
 		}
 		tw.Flush()
 		if i == 0 {
-			fmt.Fprintln(stdout, "  "+emptyOfferingsNote(len(v.Offerings), excluded))
+			fmt.Fprintln(w, "  "+emptyOfferingsNote(len(v.Offerings), excluded))
 		}
 		for _, n := range v.Notes {
-			fmt.Fprintf(stdout, "  note: %s\n", n)
+			fmt.Fprintf(w, "  note: %s\n", n)
 		}
-		for _, n := range priceNotes(offeringsOf(v), time.Now()) {
-			fmt.Fprintf(stdout, "  %s\n", n)
+		for _, n := range priceNotes(offeringsOf(v), now) {
+			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
-	return exitOK
 }
 
 // emptyOfferingsNote says why the table of usable offerings is empty:

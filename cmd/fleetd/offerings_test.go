@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fleetd/fleetd/fleet"
+	"github.com/fleetd/fleetd/fleet/placement"
+	"github.com/fleetd/fleetd/providers"
 )
 
 // TestEmptyOfferingsNote: an empty `fleetd offerings` table says why —
@@ -30,4 +36,26 @@ func TestEmptyOfferingsNote(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOfferingsTableNetwork: the human offerings table shows each
+// offering's network when a fast path is on offer, and keeps its usual
+// columns when none is.
+func TestOfferingsTableNetwork(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	off := func(typ string, price float64, n providers.NetworkInfo, excluded string) placement.Ranked {
+		r := placement.Ranked{Excluded: excluded, PricePerGPUHour: price / 8}
+		r.Offering = providers.Offering{Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: typ,
+			CapacityType: providers.Spot, PricePerHour: price, Available: -1, Network: n}
+		r.Score = r.PricePerGPUHour
+		return r
+	}
+	p5 := providers.NetworkInfo{Fabric: providers.FabricEFA, Interfaces: 32, BandwidthGbps: 3200}
+	views := []fleet.OfferingsView{
+		{Fleet: "llm", Offerings: []placement.Ranked{off("p5.48xlarge", 31.5, p5, ""), off("g5.48xlarge", 5.1, providers.NetworkInfo{}, "network: no fast path on g5.48xlarge (node.network = \"fast\")")}},
+		{Fleet: "small", Offerings: []placement.Ranked{off("g5.xlarge", 0.4, providers.NetworkInfo{}, "")}},
+	}
+	var b bytes.Buffer
+	printOfferings(&b, views, true, now)
+	checkGolden(t, "offerings_network.golden", b.Bytes())
 }

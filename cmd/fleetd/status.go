@@ -164,6 +164,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 	if tr := d.Training; tr != nil {
 		fmt.Fprintf(tw, "Training:\t%s\n", trainingLine(tr, now))
 	}
+	if line := networkLine(d.Nodes); line != "" {
+		fmt.Fprintf(tw, "Network:\t%s\n", line)
+	}
 	fmt.Fprintf(tw, "Cost:\t$%.2f/h now (on demand: $%.2f/h)\n", d.CostPerHour, d.OnDemandCostPerHour)
 	if len(d.PriceSources) > 0 || !d.PricesAsOf.IsZero() {
 		fmt.Fprintf(tw, "Prices:\t%s%s\n", strings.Join(d.PriceSources, ", "), priceAge(d.PricesAsOf, now))
@@ -212,6 +215,54 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 		}
 		tw.Flush()
 	}
+}
+
+// networkLine says which network the fleet's live nodes got, so a slow
+// multi-node job explains itself: "efa ×4, placement group fleetd-… (3
+// nodes); standard (1 node); on 1 node the agent found no fabric device
+// and its workers use TCP". Empty when every node is on the standard
+// network.
+func networkLine(nodes []api.NodeInfo) string {
+	count := map[string]int{}
+	var order []string
+	fast, tcp := false, 0
+	for _, n := range nodes {
+		if n.State == "terminated" || n.State == "failed" {
+			continue
+		}
+		k := n.Network
+		if k == "" {
+			k = "standard"
+		} else {
+			fast = true
+		}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+		if strings.Contains(n.Workers, "tcp!") {
+			tcp++
+		}
+	}
+	if !fast {
+		return ""
+	}
+	parts := make([]string, 0, len(order)+1)
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%s (%s)", k, plural(count[k], "node")))
+	}
+	if tcp > 0 {
+		parts = append(parts, fmt.Sprintf("on %s the agent found no fabric device: its workers use TCP", plural(tcp, "node")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// plural is "1 node", "3 nodes".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func lastN[T any](xs []T, n int) []T {

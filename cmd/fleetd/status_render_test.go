@@ -53,8 +53,10 @@ func renderFixture() (api.Status, api.FleetDetail, time.Time) {
 	st := api.Status{APIVersion: "v1", Version: "1.2.3", DaemonID: "d-abc", StartedAt: now.Add(-26 * time.Hour), Time: now, Fleets: []api.FleetSummary{sum, done}}
 	det := api.FleetDetail{FleetSummary: sum, Filename: "bert.hcl",
 		Nodes: []api.NodeInfo{
-			{ID: "bert-1-2", State: "running", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p4d.24xlarge", CapacityType: "spot", PricePerHour: 2.1, InstanceID: "i-2", Address: "10.0.0.5", Round: 7, AgeSeconds: 7200, LastHeartbeat: &hb, Reason: "member of a closed rendezvous round"},
-			{ID: "bert-1-1", State: "running", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p4d.24xlarge", CapacityType: "spot", PricePerHour: 2.1, InstanceID: "i-1", Address: "10.0.0.4", Round: 7, AgeSeconds: 10800, LastHeartbeat: &hb},
+			{ID: "bert-1-2", State: "running", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p4d.24xlarge", CapacityType: "spot", PricePerHour: 2.1, InstanceID: "i-2", Address: "10.0.0.5", Round: 7, AgeSeconds: 7200, LastHeartbeat: &hb, Reason: "member of a closed rendezvous round",
+				Network: "efa ×4, placement group fleetd-bert-k3x9-us-east-1a", Workers: "running efa×4+pg"},
+			{ID: "bert-1-1", State: "running", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p4d.24xlarge", CapacityType: "spot", PricePerHour: 2.1, InstanceID: "i-1", Address: "10.0.0.4", Round: 7, AgeSeconds: 10800, LastHeartbeat: &hb,
+				Network: "efa ×4, placement group fleetd-bert-k3x9-us-east-1a", Workers: "running tcp!efa"},
 			{ID: "bert-2-9", State: "running", Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p4d.24xlarge", CapacityType: "spot", PricePerHour: 2.1, InstanceID: "i-9", Address: "10.0.0.9", AgeSeconds: 30, LastHeartbeat: &hb, RendezvousState: "standby"},
 			{ID: "bert-3-1", State: "booting", Provider: "gcp", Region: "us-central1", Zone: "us-central1-a", InstanceType: "a2-highgpu-8g", CapacityType: "spot", PricePerHour: 3.9, InstanceID: "gce-9", AgeSeconds: 40, Reason: "instance gce-9 launched"},
 		},

@@ -212,6 +212,10 @@ type NodeInfo struct {
 	RendezvousState string `json:"rendezvous_state,omitempty"`
 	Workers         string `json:"workers,omitempty"`
 	WorkerRound     int    `json:"worker_round,omitempty"`
+	// Network is the fast path the node was launched on ("efa ×32,
+	// placement group fleetd-bert-k3x9-us-east-1a"); empty on the
+	// standard network. Workers says whether its agent found the devices.
+	Network string `json:"network,omitempty"`
 }
 
 // FleetSummary is one fleet in list and status responses.
