@@ -133,7 +133,10 @@ type Input struct {
 	Deadline      time.Time
 	WorkLeft      float64
 	WorkLeftAtMax time.Duration
-	Params        Params
+	// Network, when known, gives sizes not measured yet a first guess
+	// while only one size is measured (NetworkPrior).
+	Network NetworkPrior
+	Params  Params
 }
 
 // Option is one size as the decision saw it.
@@ -307,6 +310,11 @@ func options(in *Input, p Params, lo, hi int) ([]Option, *Model) {
 		}
 		in.WorkLeft = in.WorkLeftAtMax.Seconds() * xmax
 	}
+	first := func(int) (x, lo, hi float64, ok bool) { return }
+	if s0 == s1 && s0 > 0 && in.Tracker != nil && in.Tracker.Latest != nil && in.Tracker.Latest.Nodes > 0 {
+		perNodeBatch := in.Tracker.SamplesPerStep() / float64(in.Tracker.Latest.Nodes)
+		first = func(n int) (float64, float64, float64, bool) { return in.Network.guess(s0, xAt(s0), perNodeBatch, n) }
+	}
 	var out []Option
 	cost := 0.0
 	for n := 1; n <= hi; n++ {
@@ -339,6 +347,13 @@ func options(in *Input, p Params, lo, hi int) ([]Option, *Model) {
 			// linear scaling from the best per-node rate seen (above), nor
 			// faster than the smallest measured size (below).
 			l, h, ok := model.Bounds(n, p.Z)
+			if !ok {
+				// One size measured: the network's first guess, if any.
+				if _, pl, ph, known := first(n); known {
+					l, h, ok = pl, ph, true
+					o.Note = "first guess from the network"
+				}
+			}
 			if n > s1 {
 				ceil := float64(n) * perNode
 				if !ok {

@@ -106,6 +106,7 @@ func (c *Controller) autoscale(ctx context.Context, f state.Fleet, fl *spec.Flee
 			}
 		}
 	}
+	ain.Network = networkPrior(fl, nodes)
 	if fl.Deadline != nil {
 		ain.Deadline = *fl.Deadline
 		if l := tr.Latest; l != nil && l.TotalSteps > l.Step && tr.SamplesPerStep() > 0 {
@@ -157,4 +158,29 @@ func workScale(dec autoscale.Decision) float64 {
 		return 0
 	}
 	return xm / xt
+}
+
+// networkPrior is the autoscaler's first guess from the network: the
+// job's gradient size and the bandwidth of its slowest live node, when
+// every live node is on a fast path whose bandwidth is known (a ring
+// all-reduce runs at its slowest link; the standard network's is not
+// known well enough to guess from).
+func networkPrior(fl *spec.Fleet, nodes []state.Node) autoscale.NetworkPrior {
+	if fl.Training.GradientMB <= 0 {
+		return autoscale.NetworkPrior{}
+	}
+	bw := 0.0
+	for _, n := range nodes {
+		if !reconcile.Live(n.State) {
+			continue
+		}
+		g := n.Offering.Network.BandwidthGbps
+		if !n.Network.Fabric || g <= 0 {
+			return autoscale.NetworkPrior{}
+		}
+		if bw == 0 || g < bw {
+			bw = g
+		}
+	}
+	return autoscale.NetworkPrior{GradientBytes: fl.Training.GradientMB * 1e6, BandwidthGbps: bw}
 }

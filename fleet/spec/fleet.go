@@ -68,6 +68,7 @@ var trainingSchema = &hcl.BodySchema{
 		{Name: "env"},
 		{Name: "warm_start"},
 		{Name: "elastic"},
+		{Name: "gradient_mb"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "checkpoint"},
@@ -452,6 +453,10 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 		p.attrError(ea, "Invalid elastic mode",
 			fmt.Sprintf("elastic must be %q (workers restart at every membership change; the default) or %q (workers stay alive and are handed each new round; the script uses fleetd_elastic), got %q.",
 				ElasticRestart, ElasticInProcess, t.Elastic))
+	}
+	if ga := a["gradient_mb"]; p.floatAttr(ga, &t.GradientMB) && !(t.GradientMB > 0) {
+		p.attrError(ga, "Invalid gradient_mb",
+			fmt.Sprintf("gradient_mb is the size of the gradients all-reduced each step in MB (parameters × 4 for fp32, × 2 for bf16) and must be above 0, got %g.", t.GradientMB))
 	}
 	if ea := a["env"]; p.stringMapAttr(ea, &t.Env) {
 		for _, k := range sortedKeys(t.Env) {

@@ -60,7 +60,7 @@ var brokenWant = map[string][]string{
 	"duplicate_fleet":      {"duplicate_fleet.hcl:13:7", `A fleet named "bert" was already declared at line 1`, "1 error"},
 	"missing_provider":     {"Missing provider block", "missing_provider.hcl:1:1", "1 error"},
 	"unknown_provider":     {"unknown_provider.hcl:9:12", `fleetd has no provider named "awz". Did you mean "aws"?`, `"azure". Available providers: aws, gcp, local.`, "2 errors"},
-	"bad_network":          {"bad_network.hcl:11:16", `placement.colocate is "region"`, `network must be "standard", "auto" or "fast", got "efa"`, "2 errors"},
+	"bad_network":          {"bad_network.hcl:11:16", `placement.colocate is "region"`, `network must be "standard", "auto" or "fast", got "efa"`, "Invalid gradient_mb", "3 errors"},
 	"bad_strategy":         {`Did you mean "lowest-price"?`, `Did you mean "zone"?`, `"10 minutes" is not a duration`, "3 errors"},
 	"undefined_variable": {
 		"undefined_variable.hcl:7:15", `No variable named "min_nodes" is declared`,

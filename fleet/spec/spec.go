@@ -265,6 +265,11 @@ type Training struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Data are the training.data blocks (data.go).
 	Data []Data `json:"data,omitempty"`
+	// GradientMB is what each step all-reduces across nodes, in MB
+	// (parameters × bytes per gradient element); 0 when not given. With
+	// the nodes' fast-path bandwidth it gives the autoscaler a first
+	// guess for sizes it has not measured (docs/autoscale.md).
+	GradientMB float64 `json:"gradient_mb,omitempty"`
 }
 
 // Elastic modes (training.elastic).
