@@ -864,7 +864,36 @@ func (k *checker) quotaRows(ctx context.Context, facts []*zoneFacts) {
 			k.add(k.standardQuotaRow(r, m, qs, *cpu[r][m]))
 			k.add(k.spotQuotaRow(r, m, "PREEMPTIBLE_CPUS", qs, *cpu[r][m]))
 		}
+		if k.network {
+			zones := 0
+			for _, f := range facts {
+				if regionOf(f.zone) == r {
+					zones++
+				}
+			}
+			k.add(k.policyQuotaRow(r, qs, zones))
+		}
 	}
+}
+
+// policyQuotaRow checks the region's RESOURCE_POLICIES quota for the fast
+// network's compact placement policies: one per fleet incarnation and
+// zone the fleet may use.
+func (k *checker) policyQuotaRow(region string, qs map[string]*computepb.Quota, zones int) providers.CheckResult {
+	const metric = "RESOURCE_POLICIES"
+	q, ok := qs[metric]
+	if !ok {
+		return providers.CheckResult{Check: "quota " + metric, Scope: region, Status: providers.CheckUnavailable,
+			Detail: region + " reports no " + metric + " quota", Fix: "look it up at " + k.quotasURL()}
+	}
+	free := q.GetLimit() - q.GetUsage()
+	r := providers.CheckResult{Check: "quota " + metric, Scope: region, Status: providers.CheckOK,
+		Detail: fmt.Sprintf("limit %g, used %g, %g free; compact placement needs %d (one per zone)", q.GetLimit(), q.GetUsage(), free, zones)}
+	if free < float64(zones) {
+		r.Status = providers.CheckFailed
+		r.Fix = fmt.Sprintf("delete unused resource policies in %s (gcloud compute resource-policies list) or request more %s at %s", region, metric, k.quotasURL())
+	}
+	return r
 }
 
 func quotaMap(qs []*computepb.Quota) map[string]*computepb.Quota {

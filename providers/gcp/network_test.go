@@ -213,6 +213,17 @@ func TestCheckNetworkGCP(t *testing.T) {
 	if r := rs["compact placement"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "best-effort") {
 		t.Errorf("compact placement row %+v", r)
 	}
+	// One compact policy per zone must fit in the region's quota.
+	if r := rs["quota RESOURCE_POLICIES"]; r.Status != providers.CheckOK || !strings.Contains(r.Detail, "needs 2 (one per zone)") {
+		t.Errorf("resource policy quota row %+v", r)
+	}
+	if _, ok := rows(false)["quota RESOURCE_POLICIES"]; ok {
+		t.Error("resource policy quota row without CheckOptions.Network")
+	}
+	f.SetQuota("us-central1", "RESOURCE_POLICIES", 10, 10)
+	if r := rows(true)["quota RESOURCE_POLICIES"]; r.Status != providers.CheckFailed || !strings.Contains(r.Fix, "resource-policies list") {
+		t.Errorf("resource policy quota row with the quota used up %+v", r)
+	}
 	// The policy permissions are tested too: four more than without.
 	var without, with int
 	fmt.Sscanf(rows(false)["permissions"].Detail, "all %d permissions", &without)

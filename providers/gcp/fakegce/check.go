@@ -152,6 +152,7 @@ var DefaultRegionQuotas = []Quota{
 	{Metric: "PREEMPTIBLE_NVIDIA_V100_GPUS", Limit: 8},
 	{Metric: "NVIDIA_P100_GPUS", Limit: 4},
 	{Metric: "PREEMPTIBLE_NVIDIA_P100_GPUS", Limit: 4},
+	{Metric: "RESOURCE_POLICIES", Limit: 50},
 }
 
 // DefaultProjectQuotas are the project's global limits.
@@ -600,6 +601,13 @@ func (s *Server) usage(region string) map[string]float64 {
 				if m := gpuMetrics[typ]; m != "" {
 					out[s.chargedMetric(region, m, "PREEMPTIBLE_"+m, spot)] += float64(n)
 				}
+			}
+		}
+	}
+	if region != "" {
+		for key := range s.policies {
+			if strings.HasPrefix(key, region+"/") {
+				out["RESOURCE_POLICIES"]++
 			}
 		}
 	}
