@@ -528,7 +528,12 @@ func (pl *planner) notices() {
 			continue // deferred until it comes closer
 		}
 		pl.replaced++
-		pl.mark(n.Offering.Key(), placement.UnavailableInterrupted, src)
+		if n.Offering.CapacityType == providers.Spot {
+			// A notice on an on-demand node (a retirement, an operator's
+			// debug interrupt) says nothing of the offering's capacity:
+			// marking it would take away the fallback of last resort.
+			pl.mark(n.Offering.Key(), placement.UnavailableInterrupted, src)
+		}
 		if instanceID == "" {
 			pl.move(i, state.NodeFailed, src+" before its instance was known", nil)
 			continue

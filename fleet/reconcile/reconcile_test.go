@@ -41,6 +41,28 @@ func TestConvergesThreeNodes(t *testing.T) {
 	}
 }
 
+// TestNoticeOnOnDemandKeepsOffering: a notice on an on-demand node (a
+// retirement, an operator's debug interrupt) drains and replaces it but
+// does not mark its offering unavailable: on-demand capacity was not
+// reclaimed, and it is the fallback of last resort.
+func TestNoticeOnOnDemandKeepsOffering(t *testing.T) {
+	od := offering("us-east-1a", "p4d", providers.OnDemand, 30)
+	fl := testFleet(2, 2)
+	fl.Node.Spot = false
+	w := newWorld(t, fl, od)
+	w.settle(step, 200)
+	victim := w.nodes["n001"]
+	deadline := w.now.Add(2 * time.Minute)
+	w.notices = []interruption.Notice{{Node: victim.ID, Kind: interruption.SpotInterruption, Deadline: deadline, Source: "debug"}}
+	p := Reconcile(w.input())
+	if mk := actionsOf[MarkUnavailable](p); len(mk) != 0 {
+		t.Fatalf("on-demand offering marked: %v", mk)
+	}
+	if len(actionsOf[Drain](p)) != 1 || len(actionsOf[Launch](p)) != 1 {
+		t.Fatalf("want one drain and one replacement launch, got %v", p.Actions)
+	}
+}
+
 func TestNoticeLaunchesReplacementInSamePass(t *testing.T) {
 	a := offering("us-east-1a", "p4d", providers.Spot, 10)
 	a5 := offering("us-east-1a", "p5", providers.Spot, 11)
