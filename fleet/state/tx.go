@@ -348,6 +348,13 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 			return out, nil
 		}
 	}
+	kc, _ := t.kv.(nodeCacher)
+	if kc != nil {
+		out, ok, err := kc.cachedNodes(fleet)
+		if err != nil || ok {
+			return out, err
+		}
+	}
 	out := []Node{}
 	err := t.kv.scan(refNodes(fleet), "", func(k string, v []byte) (bool, error) {
 		var n Node
@@ -362,6 +369,9 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 	}
 	if cached {
 		t.cache.fill(fleet, t.txid, out)
+	}
+	if kc != nil {
+		kc.fillNodes(fleet, out)
 	}
 	return out, nil
 }

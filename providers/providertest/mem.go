@@ -425,6 +425,9 @@ func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[s
 		if in.State == providers.StateTerminated || !hasTags(in.Tags, tags) {
 			continue
 		}
+		if out == nil {
+			out = make([]providers.Instance, 0, len(p.order)) // one allocation for a large fleet
+		}
 		out = append(out, copyInstance(in))
 	}
 	return out, nil
