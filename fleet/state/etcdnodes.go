@@ -35,6 +35,19 @@ type etcdNodeCache struct {
 type etcdFleetNodes struct {
 	at    int64   // the commit key's ModRevision the nodes are the state of
 	nodes []*Node // sorted by ID, as the keys are
+	view  []Node  // nodes as one slice for shared readers, built on demand
+}
+
+// read returns a copy of e's nodes, or with shared its view (built on
+// first use; the caller holds the cache's lock).
+func (e *etcdFleetNodes) read(shared bool) []Node {
+	if !shared {
+		return copyNodes(e.nodes)
+	}
+	if e.view == nil {
+		e.view = copyNodes(e.nodes)
+	}
+	return e.view
 }
 
 func newEtcdNodeCache() *etcdNodeCache {
@@ -45,8 +58,9 @@ func newEtcdNodeCache() *etcdNodeCache {
 // store's cache is handled by tx itself (tx.cache).
 type nodeCacher interface {
 	// cachedNodes returns fleet's nodes at the transaction's snapshot,
-	// ok=false when they must be read from the store.
-	cachedNodes(fleet string) (nodes []Node, ok bool, err error)
+	// ok=false when they must be read from the store; with shared, a
+	// slice other readers get too, which the caller must not modify.
+	cachedNodes(fleet string, shared bool) (nodes []Node, ok bool, err error)
 	// fillNodes offers the nodes the transaction read from the store.
 	fillNodes(fleet string, nodes []Node)
 }
@@ -78,7 +92,7 @@ func (k *etcdKV) nodesCacheable(bp string) bool {
 	return k.pending[bp] == nil && !k.isCleared(bp)
 }
 
-func (k *etcdKV) cachedNodes(fleet string) ([]Node, bool, error) {
+func (k *etcdKV) cachedNodes(fleet string, shared bool) ([]Node, bool, error) {
 	c := k.s.nodes
 	bp := k.s.layout.bucket(refNodes(fleet))
 	if !k.nodesCacheable(bp) {
@@ -90,14 +104,15 @@ func (k *etcdKV) cachedNodes(fleet string) ([]Node, bool, error) {
 	}
 	c.mu.Lock()
 	var e etcdFleetNodes
-	found := c.fleets[bp] != nil
-	if found {
-		e = *c.fleets[bp]
-	}
-	if found && e.at == at {
-		out := copyNodes(e.nodes)
+	cur := c.fleets[bp]
+	found := cur != nil
+	if found && cur.at == at {
+		out := cur.read(shared)
 		c.mu.Unlock()
 		return out, true, nil
+	}
+	if found {
+		e = etcdFleetNodes{at: cur.at, nodes: cur.nodes}
 	}
 	c.mu.Unlock()
 	if !found || e.at > at {
@@ -108,8 +123,11 @@ func (k *etcdKV) cachedNodes(fleet string) ([]Node, bool, error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	c.store(bp, &etcdFleetNodes{at: at, nodes: nodes})
-	return copyNodes(nodes), true, nil
+	caught := &etcdFleetNodes{at: at, nodes: nodes}
+	c.store(bp, caught)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return caught.read(shared), true, nil
 }
 
 // catchUp returns e's nodes brought to k's snapshot, ok=false when a node
@@ -183,7 +201,7 @@ func (c *etcdNodeCache) committed(prev, rev int64, k *etcdKV) {
 		}
 		p := k.pending[bp]
 		if p == nil {
-			c.fleets[bp] = &etcdFleetNodes{at: rev, nodes: e.nodes}
+			c.fleets[bp] = &etcdFleetNodes{at: rev, nodes: e.nodes, view: e.view}
 			continue
 		}
 		puts := make(map[string]*Node, len(p.puts))

@@ -17,8 +17,8 @@ import (
 // the prefix, a read of the keys changed since a revision, a count.
 type rangeKV struct {
 	clientv3.KV
-	prefix string
-	mu     sync.Mutex
+	prefix                string
+	mu                    sync.Mutex
 	full, changed, counts int
 }
 
@@ -59,7 +59,7 @@ func TestEtcdNodeCache(t *testing.T) {
 	cli := c.Client(t)
 	counted := &rangeKV{KV: cli.KV, prefix: prefix + "nodes/"}
 	cli.KV = counted
-	a := openEtcd(t, cli, state.EtcdOptions{Prefix: prefix})       // the server under test
+	a := openEtcd(t, cli, state.EtcdOptions{Prefix: prefix})         // the server under test
 	b := openEtcd(t, c.Client(t), state.EtcdOptions{Prefix: prefix}) // another server
 
 	put := func(s state.Store, nodes ...state.Node) {
