@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/fleet/state/etcdtest"
+	"github.com/fleetd/fleetd/fleet/state/statetest"
 )
 
 // rangeKV counts the range reads of one key prefix by kind: a full read of
@@ -78,18 +79,7 @@ func TestEtcdNodeCache(t *testing.T) {
 	node := func(i int, st state.NodeState) state.Node {
 		return state.Node{ID: fmt.Sprintf("n%02d", i), Fleet: "f", State: st, InstanceID: fmt.Sprintf("i-%d", i)}
 	}
-	read := func(s state.Store) []state.Node {
-		t.Helper()
-		var nodes []state.Node
-		if err := s.View(ctx, func(tx state.Tx) error {
-			var err error
-			nodes, err = tx.Nodes("f")
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return nodes
-	}
+	read := func(s state.Store) []state.Node { t.Helper(); return statetest.Nodes(t, s, "f") }
 	// want is what a store without a cache for the fleet reads: a fresh
 	// one on the same prefix.
 	want := func() string {
@@ -170,9 +160,7 @@ func TestEtcdNodeCacheOwnWrites(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.View(ctx, func(tx state.Tx) error { _, err := tx.Nodes("f"); return err }); err != nil {
-		t.Fatal(err)
-	}
+	statetest.Nodes(t, s, "f") // loads the cache
 	var inside []state.Node
 	if err := s.Update(ctx, func(tx state.Tx) error {
 		if err := tx.PutNode(state.Node{ID: "b", Fleet: "f", State: state.NodeRequested}); err != nil {
@@ -197,15 +185,7 @@ func TestEtcdNodeCacheOwnWrites(t *testing.T) {
 	}); err != boom {
 		t.Fatalf("update = %v; want %v", err, boom)
 	}
-	var after []state.Node
-	if err := s.View(ctx, func(tx state.Tx) error {
-		var err error
-		after, err = tx.Nodes("f")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(after) != 2 {
+	if after := statetest.Nodes(t, s, "f"); len(after) != 2 {
 		t.Errorf("after a failed delete read %v; want a and b", after)
 	}
 }
