@@ -43,11 +43,13 @@ func (c *Controller) Reconcile(ctx context.Context, f state.Fleet) error {
 	}
 
 	// 1. Observe: the records, the providers, the rendezvous, notices.
+	// The pass only reads the records (reconcile copies what it changes),
+	// so it takes the store's shared copy of them.
 	var nodes []state.Node
 	records := map[string]state.OfferingRecord{}
 	err = c.store.View(ctx, func(tx state.Tx) error {
 		var err error
-		if nodes, err = tx.Nodes(f.Name); err != nil {
+		if nodes, err = tx.SharedNodes(f.Name); err != nil {
 			return err
 		}
 		recs, err := tx.Offerings()

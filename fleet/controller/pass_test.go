@@ -10,6 +10,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/fleet/state/statetest"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -95,15 +96,7 @@ func (fixedBoot) UserData(fleet string, _ *spec.Fleet, n state.Node) (string, er
 
 func nodesOf(t *testing.T, st state.Store, fleet string) []state.Node {
 	t.Helper()
-	var nodes []state.Node
-	if err := st.View(context.Background(), func(tx state.Tx) error {
-		var err error
-		nodes, err = tx.Nodes(fleet)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return nodes
+	return statetest.Nodes(t, st, fleet)
 }
 
 // TestControllerPassLifecycle drives the controller alone, over the

@@ -97,6 +97,16 @@ type group struct {
 	spot, od []Candidate
 }
 
+// held is what a group's existing nodes add to its evaluation: their
+// count and the sum of their Weighted, added in node order (the same sum,
+// bit for bit, as over a list of their candidates).
+type held struct {
+	n   int
+	sum float64
+}
+
+func (h *held) add(c Candidate) { h.n++; h.sum += c.Weighted }
+
 type groupEval struct {
 	key         string
 	existing    int
@@ -139,9 +149,10 @@ func Choose(in ChooseInput) Choice {
 	clean := candidates(in, m, strategy, true)
 
 	data := DataCostFor(in.Fleet)
-	existing := map[string][]Candidate{}
+	existing := map[string]*held{}
 	// Nodes share a few offerings: each is evaluated once (a 10,000-node
-	// fleet would otherwise look every node up in the market).
+	// fleet would otherwise look every node up in the market), and a group
+	// keeps only its count and cost sum, not a candidate per node.
 	type evaluated struct {
 		group string
 		c     Candidate
@@ -158,11 +169,16 @@ func Choose(in ChooseInput) Choice {
 			}
 			prev = o
 		}
-		existing[e.group] = append(existing[e.group], e.c)
+		h := existing[e.group]
+		if h == nil {
+			h = &held{}
+			existing[e.group] = h
+		}
+		h.add(e.c)
 	}
 	current := ""
 	for k, ns := range existing {
-		if current == "" || len(ns) > len(existing[current]) || (len(ns) == len(existing[current]) && k < current) {
+		if current == "" || ns.n > existing[current].n || (ns.n == existing[current].n && k < current) {
 			current = k
 		}
 	}
@@ -274,8 +290,11 @@ func bestGroup(evals map[string]groupEval, skip string, s spec.Strategy) (groupE
 	return list[0], true
 }
 
-func evaluate(g *group, existing []Candidate, minNodes, target int, dec Decision, s spec.Strategy) groupEval {
-	e := groupEval{key: g.key, existing: len(existing)}
+func evaluate(g *group, existing *held, minNodes, target int, dec Decision, s spec.Strategy) groupEval {
+	if existing == nil {
+		existing = &held{}
+	}
+	e := groupEval{key: g.key, existing: existing.n}
 	var ordered []Candidate
 	if dec.Spot {
 		ordered = append(ordered, g.spot...)
@@ -327,11 +346,7 @@ func evaluate(g *group, existing []Candidate, minNodes, target int, dec Decision
 	}
 	e.holdsTarget = e.existing+len(e.assign) >= target
 
-	sum, n := 0.0, 0
-	for _, c := range existing {
-		sum += c.Weighted
-		n++
-	}
+	sum, n := existing.sum, existing.n
 	for _, c := range e.assign {
 		sum += c.Weighted
 		n++

@@ -114,6 +114,8 @@ type Etcd struct {
 	commitRev   int64
 	commitKnown bool
 	commits     uint64
+
+	nodes *etcdNodeCache
 }
 
 var _ Store = (*Etcd)(nil)
@@ -201,6 +203,9 @@ func (s *Etcd) refreshCommit(k *etcdKV) error {
 	if len(resp.Kvs) > 0 {
 		s.commitRev = resp.Kvs[0].ModRevision
 	}
+	if k.rev == resp.Header.Revision {
+		k.commitMod = s.commitRev
+	}
 	return nil
 }
 
@@ -226,6 +231,7 @@ func (s *Etcd) commit(k *etcdKV, fenced bool) (ok bool, err error) {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
 		if err == nil {
 			if resp.Succeeded {
+				s.nodes.committed(s.commitRev, resp.Header.Revision, k)
 				s.commitRev = resp.Header.Revision
 				return true, nil
 			}

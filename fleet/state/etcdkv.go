@@ -105,6 +105,9 @@ type etcdKV struct {
 
 	// rev is the snapshot revision, fixed by the first read (0 before it).
 	rev int64
+	// commitMod is the commit key's ModRevision at rev, once read
+	// (commitAt; 0: not read, or never committed).
+	commitMod int64
 	// read caches values read at rev by etcd key (nil: absent); whole
 	// holds the sorted keys of buckets read completely, whose absent keys
 	// then need no request.

@@ -86,6 +86,7 @@ func openEtcd(ctx context.Context, cli *clientv3.Client, opts EtcdOptions, sc et
 	s := &Etcd{
 		cli: cli, layout: etcdLayout{prefix: prefix}, now: opts.Now, fence: opts.Fence,
 		maxAttempts: opts.MaxAttempts, commitTimeout: opts.CommitTimeout, id: randomID(),
+		nodes: newEtcdNodeCache(),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -30,7 +30,10 @@ type fleetNodes struct {
 	// nodes, sorted by id like bbolt's keys, once loaded: a read copies
 	// them, a lookup is a binary search, and inserting or deleting a node
 	// moves pointers only. A cached Node is never modified, only replaced.
-	nodes  []*Node
+	nodes []*Node
+	// view is nodes as one slice, built by the first shared read after a
+	// change and handed to every shared reader until the next one.
+	view   []Node
 	loaded bool
 	// changed is the txid of the last commit that changed the fleet's
 	// nodes (0: none since the store was opened).
@@ -70,20 +73,23 @@ func (e *fleetNodes) usable(txid int, writer bool) bool {
 	return e != nil && e.loaded && e.changed <= txid && (writer || !e.writing)
 }
 
-// list returns a copy of fleet's nodes in id order, or ok=false when the
-// transaction must read the file.
-func (c *nodeCache) list(fleet string, txid int, writer bool) (out []Node, ok bool) {
+// list returns fleet's nodes in id order, or ok=false when the transaction
+// must read the file: a copy, or with shared the entry's view, which the
+// caller must not modify.
+func (c *nodeCache) list(fleet string, txid int, writer, shared bool) (out []Node, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.fleets[fleet]
 	if !e.usable(txid, writer) {
 		return nil, false
 	}
-	out = make([]Node, len(e.nodes))
-	for i, n := range e.nodes {
-		out[i] = *n
+	if !shared {
+		return copyNodes(e.nodes), true
 	}
-	return out, true
+	if e.view == nil {
+		e.view = copyNodes(e.nodes)
+	}
+	return e.view, true
 }
 
 // get returns one node (found=false: no such node), or ok=false when the
@@ -110,7 +116,7 @@ func (c *nodeCache) fill(fleet string, txid int, nodes []Node) {
 	if e.loaded || e.writing || e.changed > txid {
 		return
 	}
-	e.nodes, e.loaded = make([]*Node, len(nodes)), true
+	e.nodes, e.view, e.loaded = make([]*Node, len(nodes)), nil, true
 	for i := range nodes {
 		n := nodes[i]
 		e.nodes[i] = &n
@@ -136,7 +142,7 @@ func (c *nodeCache) commit(txid int, writes map[string]*nodeWrites) {
 	defer c.mu.Unlock()
 	for fleet, w := range writes {
 		e := c.entry(fleet)
-		e.writing, e.changed = false, txid
+		e.writing, e.changed, e.view = false, txid, nil
 		if w.dropped {
 			// Every node of the fleet is now in w.puts: the entry is
 			// complete even if it was never loaded.
@@ -215,7 +221,7 @@ func (c *nodeCache) invalidate(txid int, writes map[string]*nodeWrites) {
 	defer c.mu.Unlock()
 	for fleet := range writes {
 		e := c.entry(fleet)
-		e.nodes, e.loaded, e.writing = nil, false, false
+		e.nodes, e.view, e.loaded, e.writing = nil, nil, false, false
 		e.changed = max(e.changed, txid)
 	}
 }

@@ -345,11 +345,12 @@ func TestNodeCacheRules(t *testing.T) {
 			if tc.entry != nil {
 				c.fleets["a"] = tc.entry
 			}
-			_, ok := c.list("a", tc.txid, tc.writer)
-			if ok != tc.wantUse {
-				t.Errorf("list usable = %v, want %v", ok, tc.wantUse)
+			for _, shared := range []bool{false, true} {
+				if _, ok := c.list("a", tc.txid, tc.writer, shared); ok != tc.wantUse {
+					t.Errorf("list (shared %v) usable = %v, want %v", shared, ok, tc.wantUse)
+				}
 			}
-			_, _, ok = c.get("a", "n1", tc.txid, tc.writer)
+			_, _, ok := c.get("a", "n1", tc.txid, tc.writer)
 			if ok != tc.wantUse {
 				t.Errorf("get usable = %v, want %v", ok, tc.wantUse)
 			}
@@ -373,15 +374,15 @@ func TestNodeCacheFailedCommit(t *testing.T) {
 	c.fill("a", 3, []Node{{ID: "n1", State: NodeRunning}})
 	c.begin("a")
 	c.invalidate(4, map[string]*nodeWrites{"a": {puts: map[string]*Node{"n1": {ID: "n1", State: NodeFailed}}}})
-	if _, ok := c.list("a", 4, false); ok {
+	if _, ok := c.list("a", 4, false, false); ok {
 		t.Fatal("a fleet whose commit failed is still served")
 	}
 	c.fill("a", 3, []Node{{ID: "n1", State: NodeRunning}})
-	if _, ok := c.list("a", 4, false); ok {
+	if _, ok := c.list("a", 4, false, false); ok {
 		t.Fatal("a reader older than the failed commit refilled the cache")
 	}
 	c.fill("a", 4, []Node{{ID: "n1", State: NodeFailed}})
-	if got, ok := c.list("a", 4, false); !ok || got[0].State != NodeFailed {
+	if got, ok := c.list("a", 4, false, false); !ok || got[0].State != NodeFailed {
 		t.Fatalf("after a later reader: %+v, %v", got, ok)
 	}
 }

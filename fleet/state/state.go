@@ -128,6 +128,11 @@ type Tx interface {
 
 	Node(fleet, id string) (Node, error)
 	Nodes(fleet string) ([]Node, error)
+	// SharedNodes is Nodes for a reader that modifies neither the slice
+	// nor its nodes: the result may be the store's cached copy, handed to
+	// every such reader until the fleet's nodes change. A reconcile pass
+	// over 10,000 nodes then copies none.
+	SharedNodes(fleet string) ([]Node, error)
 	PutNode(n Node) error
 	DeleteNode(fleet, id string) error
 

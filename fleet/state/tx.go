@@ -333,7 +333,13 @@ func (t *tx) cachedNode(fleet, id string) (n Node, found, ok bool) {
 
 // Nodes returns the fleet's nodes ordered by id; ErrNotFound if the fleet
 // does not exist.
-func (t *tx) Nodes(fleet string) ([]Node, error) {
+func (t *tx) Nodes(fleet string) ([]Node, error) { return t.nodesOf(fleet, false) }
+
+func (t *tx) SharedNodes(fleet string) ([]Node, error) { return t.nodesOf(fleet, true) }
+
+// nodesOf reads fleet's nodes: from the store's node cache when it is
+// current, as a copy or (shared) the cache's own slice.
+func (t *tx) nodesOf(fleet string, shared bool) ([]Node, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
@@ -344,8 +350,15 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 	// file, read in this transaction, then has the changes).
 	cached := t.cache != nil && t.nodes[fleet] == nil
 	if cached {
-		if out, ok := t.cache.list(fleet, t.txid, t.kv.writable()); ok {
+		if out, ok := t.cache.list(fleet, t.txid, t.kv.writable(), shared); ok {
 			return out, nil
+		}
+	}
+	kc, _ := t.kv.(nodeCacher)
+	if kc != nil {
+		out, ok, err := kc.cachedNodes(fleet, shared)
+		if err != nil || ok {
+			return out, err
 		}
 	}
 	out := []Node{}
@@ -362,6 +375,9 @@ func (t *tx) Nodes(fleet string) ([]Node, error) {
 	}
 	if cached {
 		t.cache.fill(fleet, t.txid, out)
+	}
+	if kc != nil {
+		kc.fillNodes(fleet, out)
 	}
 	return out, nil
 }

@@ -384,9 +384,13 @@ func memDelay(ctx context.Context, mc MemConfig) error {
 	return nil
 }
 
+// copyInstance is what Get and List return: the caller's own copy, except
+// for Tags, which the provider never changes after Create (it is made
+// then, from the request) and callers only read: sharing it spares a
+// 10,000-instance List as many map copies, which a real provider, decoding
+// its response, does not make either.
 func copyInstance(in *providers.Instance) providers.Instance {
 	out := *in
-	out.Tags = maps.Clone(in.Tags)
 	if in.Interruption != nil {
 		ii := *in.Interruption
 		out.Interruption = &ii
@@ -424,6 +428,9 @@ func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[s
 		in := p.instances[id]
 		if in.State == providers.StateTerminated || !hasTags(in.Tags, tags) {
 			continue
+		}
+		if out == nil {
+			out = make([]providers.Instance, 0, len(p.order)) // one allocation for a large fleet
 		}
 		out = append(out, copyInstance(in))
 	}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"FleetValidation", testFleetValidation},
 		{"DeleteFleetRemovesNodes", testDeleteFleet},
 		{"NodesPerFleet", testNodesPerFleet},
+		{"NodeReadsIsolated", testNodeReadsIsolated},
 		{"NodeValidation", testNodeValidation},
 		{"EventsOrderAndPaging", testEventsPaging},
 		{"EventSeqGapFreeAfterRollback", testEventSeqAfterRollback},
@@ -993,4 +995,83 @@ func testClosed(t *testing.T, s state.Store, _ *Clock) {
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// testNodeReadsIsolated: a caller changing the nodes Nodes returned does
+// not change what later reads return (a store may cache them); what
+// SharedNodes returned stays as it was read when the fleet then changes,
+// and later reads see the change.
+func testNodeReadsIsolated(t *testing.T, s state.Store, _ *Clock) {
+	putFleet(t, s, "a")
+	update(t, s, func(tx state.Tx) error {
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if err := tx.PutNode(node("a", id, state.NodeRunning)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	read := func(shared bool) []state.Node {
+		t.Helper()
+		var nodes []state.Node
+		view(t, s, func(tx state.Tx) error {
+			var err error
+			if shared {
+				nodes, err = tx.SharedNodes("a")
+			} else {
+				nodes, err = tx.Nodes("a")
+			}
+			return err
+		})
+		return nodes
+	}
+	states := func(nodes []state.Node) string {
+		var b strings.Builder
+		for _, n := range nodes {
+			fmt.Fprintf(&b, "%s=%s/%s ", n.ID, n.State, n.InstanceID)
+		}
+		return b.String()
+	}
+	const orig = "n1=running/i-n1 n2=running/i-n2 n3=running/i-n3 "
+	for _, shared := range []bool{false, true} {
+		read(shared) // a store with a cache loads it here
+	}
+	mine := read(false)
+	mine[0].State, mine[1].InstanceID = state.NodeFailed, "i-changed"
+	copy(mine[1:], mine[2:]) // and reorders it
+	for _, shared := range []bool{false, true} {
+		if got := states(read(shared)); got != orig {
+			t.Errorf("after a caller changed its copy, read (shared %v) %s; want %s", shared, got, orig)
+		}
+	}
+	before := read(true)
+	update(t, s, func(tx state.Tx) error {
+		if err := tx.PutNode(node("a", "n2", state.NodeDraining)); err != nil {
+			return err
+		}
+		return tx.DeleteNode("a", "n3")
+	})
+	if got := states(before); got != orig {
+		t.Errorf("a shared read changed under its reader to %s; want %s", got, orig)
+	}
+	const changed = "n1=running/i-n1 n2=draining/i-n2 "
+	for _, shared := range []bool{false, true} {
+		if got := states(read(shared)); got != changed {
+			t.Errorf("after the update read (shared %v) %s; want %s", shared, got, changed)
+		}
+	}
+}
+
+// Nodes reads a fleet's nodes from s in a View, failing the test on an error.
+func Nodes(t testing.TB, s state.Store, fleet string) []state.Node {
+	t.Helper()
+	var nodes []state.Node
+	if err := s.View(context.Background(), func(tx state.Tx) error {
+		var err error
+		nodes, err = tx.Nodes(fleet)
+		return err
+	}); err != nil {
+		t.Fatalf("read the nodes of %s: %v", fleet, err)
+	}
+	return nodes
 }
