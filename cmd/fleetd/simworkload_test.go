@@ -44,3 +44,41 @@ func TestSimWorkload(t *testing.T) {
 		t.Fatalf("bad -pool: exit %d, %s", code, errOut)
 	}
 }
+
+// TestSimWorkloadCloud runs the cloud setting on the hand-made trace:
+// every policy and per-fleet report a cost; a bad setting is refused.
+func TestSimWorkloadCloud(t *testing.T) {
+	dir := filepath.Join("..", "..", "fleet", "simulate", "multijob", "testdata")
+	args := []string{"sim", "-workload", filepath.Join(dir, "linflat.csv"), "-apps", filepath.Join(dir, "apps"), "-pool", "1x8",
+		"-setting", "cloud", "-trace", filepath.Join(dir, "trace"), "-capacity-scale", "4", "-budget", "3"}
+	out, errOut, code := runCmd(append(args, "-json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Setting string `json:"setting"`
+		Results []struct {
+			Policy     string  `json:"policy"`
+			Cost       float64 `json:"cost"`
+			Unfinished int     `json:"unfinished"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if rep.Setting != "cloud" || len(rep.Results) != len(multijob.CloudPolicies) || rep.Results[len(rep.Results)-1].Policy != "per-fleet" {
+		t.Fatalf("setting %q, results %+v", rep.Setting, rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.Unfinished != 0 || r.Cost <= 0 {
+			t.Errorf("%s: %d unfinished, $%v", r.Policy, r.Unfinished, r.Cost)
+		}
+	}
+	out, _, code = runCmd(append(args, "-policies", "per-fleet")...)
+	if code != exitOK || !strings.Contains(out, "$/job") || !strings.Contains(out, "$3.00/h per project") {
+		t.Fatalf("text report (exit %d):\n%s", code, out)
+	}
+	if _, errOut, code := runCmd("sim", "-workload", filepath.Join(dir, "linflat.csv"), "-apps", filepath.Join(dir, "apps"), "-setting", "moon"); code != exitUsage || !strings.Contains(errOut, "pool or cloud") {
+		t.Fatalf("bad -setting: exit %d, %s", code, errOut)
+	}
+}
