@@ -275,6 +275,30 @@ func (m *market) realize(live []*jobState) {
 		}
 		j.gpus = held[j]
 	}
+	m.swap(live)
+}
+
+// swap replaces a job's on-demand nodes by free spot ones once spot is
+// back, as the daemon's reconciler does (its fallback does not keep
+// on-demand): the job restarts on its new nodes (a changeover).
+func (m *market) swap(live []*jobState) {
+	for _, j := range live {
+		if !m.capDec[j].Spot || m.capDec[j].KeepOnDemand {
+			continue
+		}
+		for k := 0; k < len(m.nodes); k++ {
+			n := m.nodes[k]
+			if n.job != j || n.series >= 0 {
+				continue
+			}
+			order, _ := m.freeSpot()
+			if len(order) == 0 {
+				return
+			}
+			n.series, n.bought, j.swapped = order[0], m.now, true
+			m.used[order[0]]++
+		}
+	}
 }
 
 // worse: a is released before b (on-demand first, then the pricier).

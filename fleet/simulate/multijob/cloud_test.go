@@ -28,14 +28,17 @@ func cloudConfig(t *testing.T, jobs []Job, budget float64) Config {
 }
 
 // TestCloudMarket pins the market on one long job asking for 4 GPUs:
-// spot supplies 2 nodes, which are preempted when the zone's capacity
+// spot supplies them (scale 4), and they are preempted when the zone's capacity
 // goes; the daemon's fallback buys one on-demand node after 10 minutes
-// below min_nodes; every $ is a node-hour at its price.
+// below min_nodes, replaced by spot when it returns; every $ is a
+// node-hour at its price.
 func TestCloudMarket(t *testing.T) {
-	jobs := []Job{{Name: "long", App: "linear", Replicas: 4, Batch: 64}}
+	jobs := []Job{{Name: "long", App: "linear", Replicas: 4, Batch: 32}} // at most 4 GPUs (8 samples per GPU)
 	for _, p := range CloudPolicies {
 		cfg := cloudConfig(t, jobs, 0)
-		cfg.Apps["linear"].Epochs *= 40 // runs past the 2 h outage
+		cfg.Cloud.Scale = 4
+		cfg.Apps["linear"].Epochs *= 40  // runs past the 2 h outage
+		cfg.Apps["linear"].MaxBatch = 32 // fleetd-adaptive too stays within 4 GPUs
 		res, err := Run(cfg, p)
 		if err != nil {
 			t.Fatal(err)
@@ -47,13 +50,15 @@ func TestCloudMarket(t *testing.T) {
 		if j.End < 4*time.Hour {
 			t.Fatalf("%s: the job ended at %s, before the outage ends: the test no longer covers it", p, j.End)
 		}
-		if res.Preemptions != 2 || j.Preemptions != 2 {
-			t.Errorf("%s: %d preemptions (job %d), want the 2 spot nodes once", p, res.Preemptions, j.Preemptions)
+		// Every spot node it holds when the zone goes (the autoscaler of
+		// per-fleet may hold fewer than 4 then).
+		if res.Preemptions < 1 || res.Preemptions > 4 || j.Preemptions != res.Preemptions {
+			t.Errorf("%s: %d preemptions (job %d), want its spot nodes once", p, res.Preemptions, j.Preemptions)
 		}
 		// On-demand: one node from 10 min after the outage began until spot
-		// returns (the job then holds it: fleetd does not swap nodes).
-		if res.OnDemandHours < 1.5 {
-			t.Errorf("%s: %.2f on-demand node-hours, want the fallback's node from 2h10m on", p, res.OnDemandHours)
+		// returns at 4 h, when a spot node replaces it.
+		if res.OnDemandHours < 1.8 || res.OnDemandHours > 1.9 {
+			t.Errorf("%s: %.2f on-demand node-hours, want the fallback's node from 2h10m to 4h", p, res.OnDemandHours)
 		}
 		spot := res.GPUHours - res.OnDemandHours
 		if want := spot*1.00 + res.OnDemandHours*DefaultOnDemandPrice; math.Abs(res.Cost-want) > 1e-6 || math.Abs(j.Cost-res.Cost) > 1e-6 {

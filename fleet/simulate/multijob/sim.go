@@ -97,6 +97,8 @@ type jobState struct {
 	// preempted counts its spot nodes taken back; cost its nodes' $.
 	preempted int
 	cost      float64
+	// swapped: the market replaced some of its nodes (a restart).
+	swapped bool
 	// service is the GPU time it has held (Tiresias' attained service).
 	service   time.Duration
 	target    float64
@@ -208,9 +210,10 @@ func Run(cfg Config, policy string) (Result, error) {
 			m.bill(iv, &res)
 		}
 		for i, j := range live {
-			if j.gpus == before[i] {
+			if j.gpus == before[i] && !j.swapped {
 				continue
 			}
+			j.swapped = false
 			j.changed = now
 			if j.gpus > 0 {
 				// Every (re)start stalls the job: its workers launch and load
