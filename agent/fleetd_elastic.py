@@ -250,10 +250,12 @@ class ElasticSampler:
                 "seed": self.seed, "shuffle": self.shuffle}
 
     def load_state_dict(self, sd):
-        if (sd.get("num_samples"), sd.get("batch_size")) != (self.num_samples, self.batch_size):
-            raise ValueError("sampler state is for %s samples in batches of %s, not %d/%d"
-                             % (sd.get("num_samples"), sd.get("batch_size"), self.num_samples, self.batch_size))
+        if sd.get("num_samples") != self.num_samples:
+            raise ValueError("sampler state is for %s samples, not %d" % (sd.get("num_samples"), self.num_samples))
+        # The position is in samples, so a batch size changed since
+        # (AdaptiveBatch) is taken over, not refused.
         self.consumed = int(sd["consumed"])
+        self.batch_size = int(sd.get("batch_size") or self.batch_size)
 
 
 def scale_lr(base_lr, base_batch, batch, rule="sqrt"):

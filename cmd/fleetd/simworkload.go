@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,10 +19,10 @@ import (
 // workloadFlags are `fleetd sim -workload`'s own flags: the multi-job
 // simulation (docs/sim.md, "Multi-job simulation").
 type workloadFlags struct {
-	path, apps, pool, setting, trace string
-	scale                            int
-	budget                           float64
-	offset                           durationFlag
+	path, apps, pool, setting, trace, chart string
+	scale                                   int
+	budget                                  float64
+	offset                                  durationFlag
 }
 
 func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
@@ -32,6 +33,7 @@ func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
 	fs.StringVar(&w.setting, "setting", "pool", "with -workload: `pool` (a fixed pool) or cloud (1-GPU nodes bought on spot through -trace, on-demand fallback, a project per application; adds the per-fleet policy)")
 	fs.IntVar(&w.scale, "capacity-scale", multijob.DefaultCapacityScale, "with -setting cloud: nodes one available instance of the trace stands for")
 	fs.Float64Var(&w.budget, "budget", 0, "with -setting cloud: each project's budget in `$/h` (0: none)")
+	fs.StringVar(&w.chart, "chart", "", "with -workload: write `DIR`/gpus.csv (every job's GPUs over time, per policy) and DIR/POLICY.svg (a stacked chart of GPUs per job)")
 	fs.Var(&w.offset, "trace-offset", "with -setting cloud: where the workload starts after the trace's start (default 0)")
 	return w
 }
@@ -106,6 +108,11 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 		rep.Wall[res.Policy] = time.Since(began).Seconds()
 		rep.Results = append(rep.Results, res)
 	}
+	if w.chart != "" {
+		if err := writeCharts(w.chart, rep.Results); err != nil {
+			return exitCode(stderr, err)
+		}
+	}
 	if pub, ok := multijob.Published[multijob.WorkloadNumber(w.path)]; ok && nodes*per == 64 && cfg.Cloud == nil {
 		rep.Pollux = &pub
 	}
@@ -171,4 +178,31 @@ func parsePool(s string) (int, int, error) {
 		return 0, 0, fmt.Errorf("-pool %q: want NODESxGPUS, such as 16x4", s)
 	}
 	return n, g, nil
+}
+
+// writeCharts writes -chart's files.
+func writeCharts(dir string, results []multijob.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-chart: %w", err)
+	}
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("-chart: %w", err)
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return fmt.Errorf("-chart %s: %w", name, err)
+		}
+		return f.Close()
+	}
+	if err := write("gpus.csv", func(w io.Writer) error { return multijob.WriteGPUsCSV(w, results) }); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if err := write(r.Policy+".svg", func(w io.Writer) error { return multijob.WriteChart(w, r) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,9 +37,15 @@ func TestSimWorkload(t *testing.T) {
 			t.Errorf("%s: %d unfinished, average JCT %v s", r.Policy, r.Unfinished, r.AvgJCT)
 		}
 	}
-	out, _, code = runCmd(append(args, "-policies", "fifo")...)
+	charts := t.TempDir()
+	out, _, code = runCmd(append(args, "-policies", "fifo", "-chart", charts)...)
 	if code != exitOK || !strings.Contains(out, "fifo") || strings.Contains(out, "Pollux") {
 		t.Fatalf("text report (exit %d):\n%s", code, out)
+	}
+	svg, err1 := os.ReadFile(filepath.Join(charts, "fifo.svg"))
+	csv, err2 := os.ReadFile(filepath.Join(charts, "gpus.csv"))
+	if err1 != nil || err2 != nil || !strings.Contains(string(svg), "<title>flat-0</title>") || !strings.Contains(string(csv), "fifo,linear-1,linear,") {
+		t.Fatalf("-chart: %v %v\n%s\n%s", err1, err2, svg, csv)
 	}
 	if _, errOut, code := runCmd("sim", "-workload", filepath.Join(dir, "linflat.csv"), "-pool", "16"); code != exitUsage || !strings.Contains(errOut, "NODESxGPUS") {
 		t.Fatalf("bad -pool: exit %d, %s", code, errOut)

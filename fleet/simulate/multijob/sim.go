@@ -53,6 +53,14 @@ type JobResult struct {
 	// cloud setting).
 	Preemptions int     `json:"preemptions,omitempty"`
 	Cost        float64 `json:"cost,omitempty"`
+	// GPUs is its allocation over time: each change (the last, 0, at its end).
+	GPUs []Step `json:"gpus,omitempty"`
+}
+
+// Step is a job's GPU count from At on.
+type Step struct {
+	At   time.Duration `json:"at"`
+	GPUs int           `json:"gpus"`
 }
 
 // JCT is the job's completion time, arrival to end.
@@ -98,7 +106,8 @@ type jobState struct {
 	preempted int
 	cost      float64
 	// swapped: the market replaced some of its nodes (a restart).
-	swapped bool
+	swapped  bool
+	timeline []Step
 	// service is the GPU time it has held (Tiresias' attained service).
 	service   time.Duration
 	target    float64
@@ -227,6 +236,9 @@ func Run(cfg Config, policy string) (Result, error) {
 			}
 		}
 		for _, j := range live {
+			if n := len(j.timeline); n == 0 && j.gpus > 0 || n > 0 && j.timeline[n-1].GPUs != j.gpus {
+				j.timeline = append(j.timeline, Step{At: now, GPUs: j.gpus})
+			}
 			if j.gpus == 0 {
 				continue
 			}
@@ -249,13 +261,14 @@ func Run(cfg Config, policy string) (Result, error) {
 			j.done, left = true, left-1
 			j.end = now + (iv - run) + time.Duration(need/rate*float64(time.Second))
 			j.progress, j.gpus = j.target, 0
+			j.timeline = append(j.timeline, Step{At: j.end, GPUs: 0})
 		}
 		now += iv
 	}
 	var jcts []time.Duration
 	for _, j := range jobs {
 		r := JobResult{Name: j.Name, App: j.App, Arrival: j.Arrival, Start: j.start, End: j.end, Done: j.done, Restarts: j.restarts,
-			Preemptions: j.preempted, Cost: j.cost}
+			Preemptions: j.preempted, Cost: j.cost, GPUs: j.timeline}
 		res.Jobs = append(res.Jobs, r)
 		res.Restarts += j.restarts
 		if !j.done {
