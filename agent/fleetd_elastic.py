@@ -56,6 +56,7 @@ stdout; the agent reads ``hello`` to know the worker follows this protocol.
 import datetime
 import gc
 import json
+import math
 import os
 import signal
 import socket
@@ -66,7 +67,8 @@ import weakref
 import torch
 import torch.distributed as dist
 
-__all__ = ["Elastic", "ElasticSampler", "State", "PeerFailure", "PROTOCOL"]
+__all__ = ["Elastic", "ElasticSampler", "State", "PeerFailure", "PROTOCOL",
+           "AdaptiveBatch", "NoiseScale", "scale_lr"]
 
 # PROTOCOL is the channel format this file speaks (FLEETD_ELASTIC_FILE's
 # "version"); the agent writes the same number.
@@ -248,10 +250,197 @@ class ElasticSampler:
                 "seed": self.seed, "shuffle": self.shuffle}
 
     def load_state_dict(self, sd):
-        if (sd.get("num_samples"), sd.get("batch_size")) != (self.num_samples, self.batch_size):
-            raise ValueError("sampler state is for %s samples in batches of %s, not %d/%d"
-                             % (sd.get("num_samples"), sd.get("batch_size"), self.num_samples, self.batch_size))
+        if sd.get("num_samples") != self.num_samples:
+            raise ValueError("sampler state is for %s samples, not %d" % (sd.get("num_samples"), self.num_samples))
+        # The position is in samples, so a batch size changed since
+        # (AdaptiveBatch) is taken over, not refused.
         self.consumed = int(sd["consumed"])
+        self.batch_size = int(sd.get("batch_size") or self.batch_size)
+
+
+def scale_lr(base_lr, base_batch, batch, rule="sqrt"):
+    """The learning rate for global batch ``batch`` of one tuned at
+    ``base_batch``: ``"sqrt"`` multiplies it by sqrt(batch / base_batch)
+    (AdaptDL's default for adaptive optimizers, Krizhevsky's rule: the
+    gradient's noise falls as 1/sqrt(batch)), ``"linear"`` by batch /
+    base_batch (Goyal et al.'s rule for SGD, valid while the batch stays
+    below the gradient noise scale)."""
+    r = float(batch) / float(base_batch)
+    if rule == "sqrt":
+        return base_lr * r ** 0.5
+    if rule == "linear":
+        return base_lr * r
+    raise ValueError("lr rule %r: want 'sqrt' or 'linear'" % (rule,))
+
+
+class NoiseScale:
+    """The gradient noise scale B_noise = tr(Sigma) / |G|^2 (McCandlish et al.,
+    2018), in samples, measured from the same step's gradient at two batch
+    sizes: a micro-batch's (b samples) and the step's (B samples, the mean
+    of the micro-batches or of the ranks). Their squared norms are unbiased
+    estimates of |G|^2 + tr(Sigma)/b and |G|^2 + tr(Sigma)/B, which gives
+    both terms; each is averaged with an exponential moving average (the
+    single-step estimates are noisy) before the ratio is taken. The
+    allocator's statistical efficiency at batch M is (B_noise + M0) /
+    (B_noise + M) (docs/sim.md)."""
+
+    def __init__(self, decay=0.9):
+        self.decay = float(decay)
+        self._g2 = None
+        self._tr = None
+
+    def observe(self, small_sq, small_batch, big_sq, big_batch):
+        """Take one step's squared gradient norms at the two batch sizes."""
+        b, B = float(small_batch), float(big_batch)
+        if not (B > b > 0):
+            return
+        g2 = (B * big_sq - b * small_sq) / (B - b)
+        tr = (small_sq - big_sq) / (1.0 / b - 1.0 / B)
+        if self._g2 is None:
+            self._g2, self._tr = g2, tr
+        else:
+            d = self.decay
+            self._g2 = d * self._g2 + (1 - d) * g2
+            self._tr = d * self._tr + (1 - d) * tr
+
+    @property
+    def value(self):
+        """B_noise in samples; None before any measurement, inf when the
+        gradient itself is not yet measurable."""
+        if self._g2 is None:
+            return None
+        if self._g2 <= 0:
+            return float("inf")
+        return max(self._tr, 0.0) / self._g2
+
+
+def _grad_sq(params):
+    return float(sum(float((p.grad.detach().double() ** 2).sum()) for p in params if p.grad is not None))
+
+
+class AdaptiveBatch:
+    """The global batch size per world size, an opt-in (AdaptDL's
+    co-adaptation, docs/agent.md "Adaptive batch size").
+
+    The global batch follows the world size: ``world_size * per_gpu``
+    samples per optimizer step, within ``[min_batch, max_batch]`` (the
+    bounds the user trusts the model with), or what ``choose(world_size,
+    noise_scale)`` returns (e.g. the batch of most goodput), clamped to the
+    same bounds. The learning rate of every param group follows it
+    (``scale_lr`` from the rates the optimizer had at ``base_batch``), and
+    when a rank's share exceeds ``max_per_gpu`` (what fits in its memory)
+    the step accumulates gradients over ``accum`` micro-batches of at most
+    that size. ``step(loss_of)`` runs one optimizer step that way and feeds
+    the gradient noise scale estimate (``noise``), which it reports with
+    every batch change and through ``report()``.
+
+        ab = fe.AdaptiveBatch(opt, base_batch=256, per_gpu=64, max_per_gpu=32,
+                              min_batch=64, max_batch=2048, rule="sqrt")
+        ab.follow(el)                            # after el.start and each step_done()
+        sampler.batch_size = ab.local            # this rank's samples per step
+    """
+
+    def __init__(self, optimizer, base_batch, per_gpu=None, max_per_gpu=None, min_batch=None, max_batch=None,
+                 rule="sqrt", choose=None):
+        if base_batch < 1:
+            raise ValueError("base_batch must be >= 1")
+        scale_lr(1.0, 1, 1, rule)  # validates the rule
+        self.optimizer = optimizer
+        self.base_batch = int(base_batch)
+        self.per_gpu = int(per_gpu or base_batch)
+        self.max_per_gpu = int(max_per_gpu) if max_per_gpu else None
+        self.min_batch = int(min_batch or 1)
+        self.max_batch = int(max_batch) if max_batch else None
+        if self.max_batch is not None and self.max_batch < self.min_batch:
+            raise ValueError("max_batch %d < min_batch %d" % (self.max_batch, self.min_batch))
+        self.rule = rule
+        self.choose = choose
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self.noise = NoiseScale()
+        self.world_size = None
+        self.batch = self.base_batch
+        self.local = self.base_batch
+        self.accum, self.micro = 1, self.base_batch
+
+    def batch_for(self, world_size):
+        """The global batch at world_size: a multiple of it within the bounds."""
+        w = max(int(world_size), 1)
+        want = w * self.per_gpu
+        if self.choose is not None:
+            want = int(self.choose(w, self.noise.value))
+        want = max(want, self.min_batch)
+        if self.max_batch is not None:
+            want = min(want, self.max_batch)
+        return max(want // w, 1) * w
+
+    def update(self, world_size):
+        """Set batch, local, accum, micro and the learning rates for
+        world_size; True when the batch changed."""
+        w = max(int(world_size), 1)
+        b = self.batch_for(w)
+        changed = (b != self.batch) or self.world_size is None
+        self.world_size, self.batch = w, b
+        self.local = b // w
+        cap = self.max_per_gpu or self.local
+        self.accum = -(-self.local // cap)
+        self.micro = -(-self.local // self.accum)
+        for g, lr in zip(self.optimizer.param_groups, self.base_lrs):
+            g["lr"] = scale_lr(lr, self.base_batch, b, self.rule)
+        if changed:
+            _emit("adaptive_batch", **self.report())
+        return changed
+
+    def follow(self, el):
+        """update(el.world_size): call after el.start and every step_done()."""
+        return self.update(el.world_size)
+
+    def step(self, loss_of, indices, params=None, reduce=None, no_sync=None):
+        """One optimizer step over this rank's ``indices`` (``local`` of
+        them): ``loss_of(idx)`` returns the mean loss of a micro-batch;
+        gradients are accumulated over ``accum`` micro-batches (each
+        weighted by its share). Under DDP pass ``no_sync=el.model.no_sync``
+        so only the last micro-batch's backward all-reduces; without DDP,
+        ``reduce(params)``, when given, averages the gradients across ranks.
+        With ``accum`` >= 2 the noise scale is measured from the first
+        micro-batch's (local) gradient and the step's. Returns the step's
+        mean loss."""
+        params = list(params if params is not None else
+                      (p for g in self.optimizer.param_groups for p in g["params"]))
+        self.optimizer.zero_grad()
+        n = len(indices)
+        total, first = 0.0, None
+        for k in range(0, n, self.micro):
+            idx = indices[k:k + self.micro]
+            last = k + self.micro >= n
+            loss = loss_of(idx) * (len(idx) / n)
+            if no_sync is not None and not last:
+                with no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+            total += float(loss.detach())
+            if first is None and not last:
+                # The first micro-batch's gradient, scaled back to its own mean.
+                first = (_grad_sq(params) * (n / len(idx)) ** 2, len(idx))
+        if reduce is not None:
+            reduce(params)
+        if first is not None:
+            self.noise.observe(first[0], first[1], _grad_sq(params), n * (self.world_size or 1))
+        self.optimizer.step()
+        return total
+
+    def report(self):
+        """The batch state and the measured noise scale, as a dict (also
+        emitted as an ``adaptive_batch`` event when the batch changes)."""
+        out = {"world_size": self.world_size, "batch": self.batch, "local": self.local, "accum": self.accum,
+               "lr": self.optimizer.param_groups[0]["lr"]}
+        v = self.noise.value
+        if v is not None and math.isinf(v):
+            # JSON has no infinity: the gradient is within its noise.
+            out["noise_dominated"] = True
+        elif v is not None:
+            out["noise_scale"] = v
+        return out
 
 
 class State:

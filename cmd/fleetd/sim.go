@@ -36,7 +36,7 @@ func (f *durationFlag) Set(s string) error {
 func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("sim", stderr)
 	fs.SetOutput(stderr)
-	traceDir := fs.String("trace", "", "trace `DIR` (default: the spec's sim provider block)")
+	traceDir := fs.String("trace", "", "trace `DIR` (default: the spec's sim provider block; with -workload -setting cloud: configs/traces/aws-v100-2023-02-15)")
 	specPath := fs.String("spec", "", "fleet spec `FILE` with a provider \"sim\" block (required)")
 	fleetName := fs.String("fleet", "", "fleet `NAME` when the spec has several")
 	starts := fs.String("start", "", "comma-separated window starts instead of random ones: RFC 3339 times or offsets from the trace start (e.g. 72h)")
@@ -76,6 +76,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if wl.path != "" && *specPath == "" && fs.NArg() == 0 {
+		wl.trace = *traceDir
 		return wl.run(*policies, interval.d, changeover.d, *asJSON, stdout, stderr)
 	}
 	if *specPath == "" || fs.NArg() > 0 {

@@ -26,10 +26,19 @@ type Config struct {
 	Params allocator.Params
 	// Limit ends a run whose jobs have not all finished (default 30 days).
 	Limit time.Duration
+	// Cloud, when set, is the cloud setting: the pool's GPUs are 1-GPU
+	// nodes bought from a spot market (cloud.go); Nodes x PerNode is then
+	// the daemon's max_gpus, split among the projects (one per
+	// application) as their quotas.
+	Cloud *Cloud
 }
 
 // Policies are the policies Run knows.
 var Policies = []string{"fifo", "tiresias", "optimus", "fleetd", "fleetd-adaptive"}
+
+// CloudPolicies are the policies of the cloud setting: the fixed pool's
+// and per-fleet (every job sized alone by its autoscaler).
+var CloudPolicies = append(append([]string{}, Policies...), "per-fleet")
 
 // JobResult is one job's outcome (times from the workload's start).
 type JobResult struct {
@@ -40,6 +49,18 @@ type JobResult struct {
 	End      time.Duration `json:"end"`
 	Done     bool          `json:"done"`
 	Restarts int           `json:"restarts"`
+	// Preemptions is its spot nodes taken back; Cost its nodes' $ (the
+	// cloud setting).
+	Preemptions int     `json:"preemptions,omitempty"`
+	Cost        float64 `json:"cost,omitempty"`
+	// GPUs is its allocation over time: each change (the last, 0, at its end).
+	GPUs []Step `json:"gpus,omitempty"`
+}
+
+// Step is a job's GPU count from At on.
+type Step struct {
+	At   time.Duration `json:"at"`
+	GPUs int           `json:"gpus"`
 }
 
 // JCT is the job's completion time, arrival to end.
@@ -50,12 +71,20 @@ type Result struct {
 	Policy     string        `json:"policy"`
 	Jobs       []JobResult   `json:"jobs"`
 	AvgJCT     time.Duration `json:"avg_jct"`
+	P90JCT     time.Duration `json:"p90_jct"`
 	P99JCT     time.Duration `json:"p99_jct"`
 	Makespan   time.Duration `json:"makespan"`
 	Unfinished int           `json:"unfinished"`
 	Restarts   int           `json:"restarts"`
 	// GPUHours is the GPUs held over time, changeovers included.
 	GPUHours float64 `json:"gpu_hours"`
+	// The cloud setting: the nodes' $ (spot at the trace's prices,
+	// on-demand at its price), per finished job, the on-demand node-hours
+	// and the spot nodes preempted.
+	Cost          float64 `json:"cost,omitempty"`
+	CostPerJob    float64 `json:"cost_per_job,omitempty"`
+	OnDemandHours float64 `json:"on_demand_hours,omitempty"`
+	Preemptions   int     `json:"preemptions,omitempty"`
 }
 
 // jobState is a job during a run.
@@ -73,6 +102,12 @@ type jobState struct {
 	stall    time.Duration
 	changed  time.Duration
 	restarts int
+	// preempted counts its spot nodes taken back; cost its nodes' $.
+	preempted int
+	cost      float64
+	// swapped: the market replaced some of its nodes (a restart).
+	swapped  bool
+	timeline []Step
 	// service is the GPU time it has held (Tiresias' attained service).
 	service   time.Duration
 	target    float64
@@ -101,6 +136,15 @@ func Run(cfg Config, policy string) (Result, error) {
 		cfg.Limit = 30 * 24 * time.Hour
 	}
 	pool := cfg.Nodes * cfg.PerNode
+	var m *market
+	if cfg.Cloud != nil {
+		var err error
+		if m, err = newMarket(*cfg.Cloud); err != nil {
+			return Result{}, err
+		}
+		// Every GPU is a node of its own (the trace's 1-GPU instances).
+		cfg.PerNode, cfg.Nodes = 1, pool
+	}
 	var d decider
 	switch policy {
 	case "fifo":
@@ -110,9 +154,18 @@ func Run(cfg Config, policy string) (Result, error) {
 	case "tiresias":
 		d = tiresias{pool: pool, threshold: TiresiasThreshold}
 	case "fleetd", "fleetd-adaptive":
-		d = &fleetd{cfg: cfg, pool: pool, adaptive: policy == "fleetd-adaptive"}
+		d = &fleetd{cfg: cfg, pool: pool, adaptive: policy == "fleetd-adaptive", m: m}
+	case "per-fleet":
+		if m == nil {
+			return Result{}, fmt.Errorf("policy per-fleet: only in the cloud setting (fleets sized alone have no pool to share)")
+		}
+		d = &perFleet{cfg: cfg, m: m, st: map[*jobState]*fleetScaler{}}
 	default:
-		return Result{}, fmt.Errorf("policy %q: want one of %v", policy, Policies)
+		want := Policies
+		if m != nil {
+			want = CloudPolicies
+		}
+		return Result{}, fmt.Errorf("policy %q: want one of %v", policy, want)
 	}
 	jobs := make([]*jobState, len(cfg.Jobs))
 	for i, j := range cfg.Jobs {
@@ -148,18 +201,28 @@ func Run(cfg Config, policy string) (Result, error) {
 		for i, j := range live {
 			before[i] = j.gpus
 		}
+		if m != nil {
+			m.now = now
+			m.preempt(&res)
+			m.fallback(live)
+		}
 		d.decide(now, live)
 		held := 0
 		for _, j := range live {
 			held += j.gpus
 		}
-		if held > pool {
+		if held > pool && policy != "per-fleet" {
 			return Result{}, fmt.Errorf("policy %s gave the jobs %d GPUs at %s, more than the pool's %d", policy, held, now, pool)
 		}
+		if m != nil {
+			m.realize(live)
+			m.bill(iv, &res)
+		}
 		for i, j := range live {
-			if j.gpus == before[i] {
+			if j.gpus == before[i] && !j.swapped {
 				continue
 			}
+			j.swapped = false
 			j.changed = now
 			if j.gpus > 0 {
 				// Every (re)start stalls the job: its workers launch and load
@@ -173,6 +236,9 @@ func Run(cfg Config, policy string) (Result, error) {
 			}
 		}
 		for _, j := range live {
+			if n := len(j.timeline); n == 0 && j.gpus > 0 || n > 0 && j.timeline[n-1].GPUs != j.gpus {
+				j.timeline = append(j.timeline, Step{At: now, GPUs: j.gpus})
+			}
 			if j.gpus == 0 {
 				continue
 			}
@@ -195,12 +261,14 @@ func Run(cfg Config, policy string) (Result, error) {
 			j.done, left = true, left-1
 			j.end = now + (iv - run) + time.Duration(need/rate*float64(time.Second))
 			j.progress, j.gpus = j.target, 0
+			j.timeline = append(j.timeline, Step{At: j.end, GPUs: 0})
 		}
 		now += iv
 	}
 	var jcts []time.Duration
 	for _, j := range jobs {
-		r := JobResult{Name: j.Name, App: j.App, Arrival: j.Arrival, Start: j.start, End: j.end, Done: j.done, Restarts: j.restarts}
+		r := JobResult{Name: j.Name, App: j.App, Arrival: j.Arrival, Start: j.start, End: j.end, Done: j.done, Restarts: j.restarts,
+			Preemptions: j.preempted, Cost: j.cost, GPUs: j.timeline}
 		res.Jobs = append(res.Jobs, r)
 		res.Restarts += j.restarts
 		if !j.done {
@@ -217,7 +285,11 @@ func Run(cfg Config, policy string) (Result, error) {
 		}
 		res.AvgJCT = sum / time.Duration(len(jcts))
 		sort.Slice(jcts, func(i, k int) bool { return jcts[i] < jcts[k] })
+		res.P90JCT = jcts[int(math.Ceil(0.9*float64(len(jcts))))-1]
 		res.P99JCT = jcts[int(math.Ceil(0.99*float64(len(jcts))))-1]
+		if m != nil {
+			res.CostPerJob = res.Cost / float64(len(jcts))
+		}
 	}
 	return res, nil
 }
@@ -228,19 +300,24 @@ func Run(cfg Config, policy string) (Result, error) {
 type fifo struct{ pool int }
 
 func (p fifo) decide(_ time.Duration, live []*jobState) {
+	// A started job keeps its requested GPUs reserved, even while the
+	// cloud setting's market supplies fewer (it asks again each interval).
 	free := p.pool
 	for _, j := range live {
-		free -= j.gpus
+		if j.admitted {
+			j.gpus = min(j.Replicas, p.pool)
+			free -= j.gpus
+		}
 	}
 	for _, j := range live {
-		if j.gpus > 0 {
+		if j.admitted {
 			continue
 		}
 		want := min(j.Replicas, p.pool)
 		if want > free {
 			return
 		}
-		j.gpus, free = want, free-want
+		j.gpus, free, j.admitted = want, free-want, true
 	}
 }
 
@@ -322,6 +399,8 @@ type fleetd struct {
 	cfg      Config
 	pool     int
 	adaptive bool
+	// m is the cloud setting's market (nil: the fixed pool).
+	m *market
 }
 
 var epoch0 = time.Date(2021, 7, 14, 0, 0, 0, 0, time.UTC)
@@ -329,10 +408,18 @@ var epoch0 = time.Date(2021, 7, 14, 0, 0, 0, 0, time.UTC)
 func (p *fleetd) decide(now time.Duration, live []*jobState) {
 	in := allocator.Input{Now: epoch0.Add(now), PoolGPUs: p.pool, Params: p.cfg.Params,
 		Projects: []allocator.Project{{Name: "jobs", QuotaGPUs: p.pool, MaxGPUs: p.pool}}}
+	project := func(*jobState) string { return "jobs" }
+	if p.m != nil {
+		in.Projects, project = p.m.projects(p.cfg)
+	}
 	for _, j := range live {
-		f := allocator.Fleet{Name: j.Name, Project: "jobs", GPUsPerNode: 1, MinNodes: 1, MaxNodes: p.maxGPUs(j),
+		f := allocator.Fleet{Name: j.Name, Project: project(j), GPUsPerNode: 1, MinNodes: 1, MaxNodes: p.maxGPUs(j),
 			Current: j.gpus, Running: j.admitted, Arrival: epoch0.Add(j.Arrival),
 			Curve: curve{p: p, j: j}, Change: allocator.Change{Changeover: p.cfg.Changeover}}
+		if p.m != nil {
+			f.CapacityNodes = p.m.capacityNodes(j)
+			f.PricePerNodeHour = p.m.ladder(1)[0]
+		}
 		if j.started {
 			f.LastChange = epoch0.Add(j.changed)
 		}
