@@ -36,6 +36,19 @@ func TestProjectsConfig(t *testing.T) {
 	if cfg.Projects.Pool() != 4 || len(cfg.Projects.Projects) != 2 || cfg.Projects.Projects[0].MaxGPUs != 4 || cfg.Projects.Projects[1].MaxGPUs != 2 {
 		t.Errorf("projects %+v", cfg.Projects)
 	}
+	cfg, _, diags = ParseConfig("daemon.hcl", []byte(projectsConfig+"allocation {\n  min_interval = \"2s\"\n  reserve_after = \"1h\"\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if p := cfg.Allocation.Params(); p.MinInterval != 2*time.Second || p.ReserveAfter != time.Hour || p.Horizon != 0 {
+		t.Errorf("allocation block: %+v", p)
+	}
+	if m := mergeAllocation(allocator.Params{MinInterval: time.Millisecond}, cfg.Allocation.Params()); m.MinInterval != time.Millisecond || m.ReserveAfter != time.Hour {
+		t.Errorf("Options over the config: %+v", m)
+	}
+	if _, _, diags = ParseConfig("daemon.hcl", []byte("allocation {\n  horizon = \"soon\"\n}\n")); !diags.HasErrors() || !strings.Contains(diags.Error(), "horizon") {
+		t.Errorf("bad horizon: %v, want an error naming it", diags)
+	}
 	_, _, diags = ParseConfig("daemon.hcl", []byte("project \"a\" {\n  quota_gpus = 8\n  max_gpus = 4\n}\n"))
 	if !diags.HasErrors() || diags[0].Subject == nil || diags[0].Subject.Start.Line < 2 {
 		t.Errorf("quota above max: %v, want a positioned error", diags)
@@ -188,6 +201,17 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	}
 	if al := sum.Allocation; al == nil || al.Target != 2 || al.Reason == "" {
 		t.Fatalf("alpha's allocation %+v, want target 2 with a reason", al)
+	}
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := false
+	for _, e := range evs.Events {
+		reclaimed = reclaimed || e.Type == "fleet.allocated" && e.Fleet == "alpha" && e.Data["to"] == "2" && strings.Contains(e.Message, "project b takes back")
+	}
+	if !reclaimed {
+		t.Error("no fleet.allocated event says why alpha went 4→2")
 	}
 
 	// A second fleet of b's cannot get its min_nodes: it queues.

@@ -185,6 +185,12 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 		to = 0
 	}
 	if to != sa.To {
+		// A running fleet's new size is the decision operators ask about
+		// later ("why did resnet shrink?"): the reason goes in the log.
+		if a.Action == allocator.Run && was.Admitted && sa.To > 0 {
+			c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: "fleet.allocated", Message: a.Reason,
+				Data: map[string]string{"from": fmt.Sprint(sa.To), "to": fmt.Sprint(to), "kind": a.Kind}})
+		}
 		sa.To, sa.ChangedAt = to, now
 	}
 	if a.Action != allocator.Run && a.Action != allocator.Queue && was.Paused != sa.Paused {
