@@ -333,3 +333,52 @@ func TestBudgetPauseAndResume(t *testing.T) {
 		t.Error("resume of an unknown fleet succeeded")
 	}
 }
+
+// TestBudgetStop: on_exhausted = "stop" ends the fleet: its nodes drain,
+// then it is marked completed (not succeeded, "stopped: …"), leaves the
+// allocation, and stays stopped.
+func TestBudgetStop(t *testing.T) {
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	ctx := context.Background()
+	defer func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	}()
+	src := strings.Replace(projectSpec("echo", "default", 2, 2), "  node {", "  budget {\n    total        = 0.0001\n    on_exhausted = \"stop\"\n  }\n  node {", 1)
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "echo.hcl", Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	joined := map[string]bool{}
+	var s api.FleetDetail
+	waitFor(t, "echo stopped", 30*time.Second, func() bool {
+		td.joinAll(t, "echo", joined)
+		var err error
+		s, err = td.client.Fleet(ctx, "echo")
+		return err == nil && s.Completed && s.Allocation == nil
+	})
+	time.Sleep(300 * time.Millisecond) // passes after the stop start nothing
+	if s.Succeeded || !strings.HasPrefix(s.CompletedDetail, "stopped: ") || !strings.Contains(s.CompletedDetail, "budget") || s.Allocation != nil {
+		t.Errorf("stopped fleet: succeeded %v, detail %q, allocation %+v", s.Succeeded, s.CompletedDetail, s.Allocation)
+	}
+	for _, n := range td.nodes(t, "echo") {
+		if n.State != state.NodeTerminated && n.State != state.NodeFailed {
+			t.Errorf("node %s is %s after the stop", n.ID, n.State)
+		}
+	}
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range evs.Events {
+		seen[e.Type]++
+	}
+	if seen["fleet.stopping"] != 1 || seen["fleet.stopped"] != 1 || seen["fleet.paused"] != 0 {
+		t.Errorf("events %v: want one fleet.stopping and one fleet.stopped, no pause", seen)
+	}
+	if err := td.client.Resume(ctx, "echo"); err == nil {
+		t.Error("a stopped fleet was resumed")
+	}
+}
