@@ -273,19 +273,27 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
 }
 
+// memDaemon is a test daemon on the in-memory provider without projects
+// that prints its events if the test fails.
+func memDaemon(t *testing.T) *testDaemon {
+	t.Helper()
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	})
+	return td
+}
+
 // TestBudgetPauseAndResume: a fleet whose spend reaches its budget's
 // total pauses (every node drained, the fleet kept), and runs again once
 // resumed with a raised budget. No project is declared: a fleet's own
 // budget is enforced in the default project too.
 func TestBudgetPauseAndResume(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	td := memDaemon(t)
 	ctx := context.Background()
-	defer func() {
-		if t.Failed() {
-			dumpEvents(t, td)
-		}
-	}()
 	withBudget := func(total string) string {
 		return strings.Replace(projectSpec("delta", "default", 2, 2), "  node {", "  budget {\n    total = "+total+"\n  }\n  node {", 1)
 	}
@@ -338,14 +346,8 @@ func TestBudgetPauseAndResume(t *testing.T) {
 // then it is marked completed (not succeeded, "stopped: …"), leaves the
 // allocation, and stays stopped.
 func TestBudgetStop(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	td := memDaemon(t)
 	ctx := context.Background()
-	defer func() {
-		if t.Failed() {
-			dumpEvents(t, td)
-		}
-	}()
 	src := strings.Replace(projectSpec("echo", "default", 2, 2), "  node {", "  budget {\n    total        = 0.0001\n    on_exhausted = \"stop\"\n  }\n  node {", 1)
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "echo.hcl", Source: src}); err != nil {
 		t.Fatal(err)
