@@ -33,7 +33,9 @@ allocation {
 
 // projectFleetSpec is a real PyTorch DDP fleet (ddp_train.py, restart
 // mode: checkpoint on notice) of 1-GPU local nodes in project, at desired
-// nodes within [minN, maxN]. The trainer checkpoints only when asked
+// nodes within [minN, maxN]. Its simulated compute is a rank's share of the
+// global batch (--sample-time), so throughput grows with the nodes and the
+// allocator's measured curve says extra nodes pay. The trainer checkpoints only when asked
 // (--ckpt-every is beyond steps), so a resume at a step > 0 proves the
 // drain path checkpointed. extra goes into the fleet block.
 func projectFleetSpec(name, project, repo, ckpt string, port, minN, maxN, desired, steps int, extra string) string {
@@ -54,12 +56,12 @@ fleet %q {
   }
   %s
   training {
-    command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "%d", "--step-time", "0.1", "--ckpt-every", "100000000", "--timeout", "20"]
+    command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "%d", "--step-time", "0", "--sample-time", "0.006", "--ckpt-every", "100000000", "--timeout", "20"]
     workdir        = %q
     nproc_per_node = 1
     max_restarts   = 20
     master_port    = %d
-    drain_grace    = "20s"
+    drain_grace    = "10s" # the tiny model checkpoints in well under a second
     checkpoint_uri = "file://%s"
     warm_start     = false # idle interpreters would hold memory for nothing here
   }
@@ -112,14 +114,15 @@ func trainerLogs(t *testing.T, d *devDaemon, bin, fleet string) []trainerLog {
 // maxStepAt is the highest step trained at world size ws (0: any), and
 // the node of rank 0 at it.
 func maxStepAt(evs []trainerLog, ws int) (int64, string) {
-	var step int64
+	var step, step0 int64
 	rank0 := ""
 	for _, e := range evs {
-		if e.Event == "step" && (ws == 0 || e.WorldSize == ws) && e.Step >= step {
-			step = e.Step
-			if e.Rank == 0 {
-				rank0 = e.Node
-			}
+		if e.Event != "step" || (ws != 0 && e.WorldSize != ws) {
+			continue
+		}
+		step = max(step, e.Step)
+		if e.Rank == 0 && e.Step >= step0 {
+			step0, rank0 = e.Step, e.Node
 		}
 	}
 	return step, rank0
@@ -235,13 +238,13 @@ func TestProjectsReclaimE2E(t *testing.T) {
 	var alpha []trainerLog
 	waitUntil(t, "alpha training at world size 4", 90*time.Second, func() bool {
 		alpha = trainerLogs(t, d, bin, "alpha")
-		s, _ := maxStepAt(alpha, 4)
-		return s >= 5
+		s, r0 := maxStepAt(alpha, 4)
+		return s >= 5 && r0 != ""
 	})
 	_, rank0 := maxStepAt(alpha, 4)
 	t.Logf("alpha trains at 4 nodes after %s (rank 0 on %s)", time.Since(began).Round(time.Second), rank0)
 
-	// bravo's 60 steps take ~6 s once its workers run.
+	// bravo's 60 steps take ~12 s once its workers run.
 	applySpec(t, d, bin, dir, "bravo", projectFleetSpec("bravo", "b", repo, filepath.Join(dir, "ckpt-bravo"), 29910, 2, 2, 2, 60, ""))
 	var resumed *trainerLog
 	waitUntil(t, "alpha resumed at world size 2", 90*time.Second, func() bool {
