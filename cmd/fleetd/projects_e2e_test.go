@@ -31,47 +31,24 @@ allocation {
 }
 `
 
-// projectFleetSpec is a real PyTorch DDP fleet (ddp_train.py, restart
-// mode: checkpoint on notice) of 1-GPU local nodes in project, at desired
-// nodes within [minN, maxN]. Its simulated compute is a rank's share of the
-// global batch (--sample-time), so throughput grows with the nodes and the
-// allocator's measured curve says extra nodes pay. The trainer checkpoints only when asked
-// (--ckpt-every is beyond steps), so a resume at a step > 0 proves the
-// drain path checkpointed. extra goes into the fleet block.
+// projectFleetSpec is autoscaleSpec's linear fleet (real PyTorch DDP,
+// ddp_train.py in restart mode: checkpoint on notice; throughput grows
+// with the nodes) in project, at desired nodes within [minN, maxN], for
+// steps. The trainer checkpoints only when asked (--ckpt-every is beyond
+// steps), so a resume at a step > 0 proves the drain path checkpointed.
+// extra goes into the fleet block.
 func projectFleetSpec(name, project, repo, ckpt string, port, minN, maxN, desired, steps int, extra string) string {
-	return fmt.Sprintf(`
-fleet %q {
-  project       = %q
-  min_nodes     = %d
-  max_nodes     = %d
-  desired_nodes = %d
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
-    zones = ["local-a", "local-b"]
-  }
-  %s
-  training {
-    command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "%d", "--step-time", "0", "--sample-time", "0.006", "--ckpt-every", "100000000", "--timeout", "20"]
-    workdir        = %q
-    nproc_per_node = 1
-    max_restarts   = 20
-    master_port    = %d
-    drain_grace    = "10s" # the tiny model checkpoints in well under a second
-    checkpoint_uri = "file://%s"
-    warm_start     = false # idle interpreters would hold memory for nothing here
-  }
-  rendezvous {
-    last_call  = "1s"
-    heartbeat  = "1s"
-    dead_after = "4s"
-  }
-}
-`, name, project, minN, maxN, desired, extra, torchPython, steps, repo, port, ckpt)
+	src := autoscaleSpec(name, repo, ckpt, port, "")
+	for _, r := range [][2]string{
+		{"  min_nodes = 2\n  max_nodes = 4\n", fmt.Sprintf("  project       = %q\n  min_nodes     = %d\n  max_nodes     = %d\n  desired_nodes = %d\n  %s\n", project, minN, maxN, desired, extra)},
+		{`"--steps", "1000000",`, fmt.Sprintf(`"--steps", "%d", "--ckpt-every", "100000000",`, steps)},
+	} {
+		if !strings.Contains(src, r[0]) {
+			panic("autoscaleSpec changed: no " + r[0])
+		}
+		src = strings.Replace(src, r[0], r[1], 1)
+	}
+	return src
 }
 
 // trainerLog is one JSON event ddp_train.py printed, as shipped to the
