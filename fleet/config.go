@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/projects"
@@ -45,6 +46,9 @@ type Config struct {
 	// Autoscale tunes the goodput autoscaler (docs/autoscale.md); nil:
 	// its defaults.
 	Autoscale *AutoscaleConfig `hcl:"autoscale,block"`
+	// Allocation tunes the allocator that sizes fleets within projects
+	// and budgets (docs/projects.md); nil: its defaults.
+	Allocation *AllocationConfig `hcl:"allocation,block"`
 	// Rest is what the daemon's own schema leaves over: max_gpus and the
 	// project blocks, decoded into Projects (fleet/projects).
 	Rest hcl.Body `hcl:",remain"`
@@ -118,6 +122,50 @@ func (a *AutoscaleConfig) finish() error {
 			return fmt.Errorf("autoscale: marginal_efficiency must be in (0, 1], got %g", *e)
 		}
 		a.params.MarginalEfficiency = *e
+	}
+	return nil
+}
+
+// AllocationConfig is the daemon config's allocation block: how readily
+// the allocator moves GPUs between fleets (allocator.Params).
+type AllocationConfig struct {
+	// MinInterval: a fleet resized less than this long ago keeps its
+	// nodes unless another project's guarantee needs them (default 5m).
+	MinInterval string `hcl:"min_interval,optional"`
+	// Horizon: how long an allocation is expected to hold (default 30m).
+	Horizon string `hcl:"horizon,optional"`
+	// AgingEvery: a queued fleet's priority rises by one per this wait
+	// (default 10m).
+	AgingEvery string `hcl:"aging_every,optional"`
+	// ReserveAfter: a queued fleet that has waited this long keeps its
+	// place (default 30m).
+	ReserveAfter string `hcl:"reserve_after,optional"`
+
+	params allocator.Params
+}
+
+// Params are the allocator parameters the block sets (zero: default).
+func (a *AllocationConfig) Params() allocator.Params {
+	if a == nil {
+		return allocator.Params{}
+	}
+	return a.params
+}
+
+func (a *AllocationConfig) finish() error {
+	for _, d := range []struct {
+		name, s string
+		to      *time.Duration
+	}{{"min_interval", a.MinInterval, &a.params.MinInterval}, {"horizon", a.Horizon, &a.params.Horizon},
+		{"aging_every", a.AgingEvery, &a.params.AgingEvery}, {"reserve_after", a.ReserveAfter, &a.params.ReserveAfter}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("allocation: %s %q is not a positive duration", d.name, d.s)
+		}
+		*d.to = v
 	}
 	return nil
 }
@@ -224,6 +272,11 @@ func (c *Config) finish(base string) error {
 	}
 	if c.Autoscale != nil {
 		if err := c.Autoscale.finish(); err != nil {
+			return err
+		}
+	}
+	if c.Allocation != nil {
+		if err := c.Allocation.finish(); err != nil {
 			return err
 		}
 	}

@@ -70,6 +70,17 @@ type Options struct {
 	Allocation allocator.Params
 }
 
+// mergeAllocation: Options' fields first, then the config's allocation block.
+func mergeAllocation(a, b allocator.Params) allocator.Params {
+	for _, f := range []struct{ to, from *time.Duration }{{&a.MinInterval, &b.MinInterval}, {&a.Horizon, &b.Horizon},
+		{&a.AgingEvery, &b.AgingEvery}, {&a.ReserveAfter, &b.ReserveAfter}} {
+		if *f.to == 0 {
+			*f.to = *f.from
+		}
+	}
+	return a
+}
+
 // ProviderSource is what the daemon needs from the plugin manager.
 type ProviderSource interface {
 	Get(ctx context.Context, name string) (providers.Provider, error)
@@ -177,6 +188,7 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.tokens = &scopedTokens{store: d.store, now: now, log: log}
 	d.intake = intake.New(intakeDeps{d}, log, opts.PollInterval)
 	d.autoscaleParams = mergeAutoscale(opts.Autoscale, cfg.Autoscale.Params())
+	d.opts.Allocation = mergeAllocation(opts.Allocation, cfg.Allocation.Params())
 	if d.params.MaxLaunchesPerPass == 0 {
 		// The reconciler's default (8) paces growth; replacements after an
 		// interruption storm must not queue behind it. Launches run 16 at a

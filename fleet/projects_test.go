@@ -36,6 +36,19 @@ func TestProjectsConfig(t *testing.T) {
 	if cfg.Projects.Pool() != 4 || len(cfg.Projects.Projects) != 2 || cfg.Projects.Projects[0].MaxGPUs != 4 || cfg.Projects.Projects[1].MaxGPUs != 2 {
 		t.Errorf("projects %+v", cfg.Projects)
 	}
+	cfg, _, diags = ParseConfig("daemon.hcl", []byte(projectsConfig+"allocation {\n  min_interval = \"2s\"\n  reserve_after = \"1h\"\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	if p := cfg.Allocation.Params(); p.MinInterval != 2*time.Second || p.ReserveAfter != time.Hour || p.Horizon != 0 {
+		t.Errorf("allocation block: %+v", p)
+	}
+	if m := mergeAllocation(allocator.Params{MinInterval: time.Millisecond}, cfg.Allocation.Params()); m.MinInterval != time.Millisecond || m.ReserveAfter != time.Hour {
+		t.Errorf("Options over the config: %+v", m)
+	}
+	if _, _, diags = ParseConfig("daemon.hcl", []byte("allocation {\n  horizon = \"soon\"\n}\n")); !diags.HasErrors() || !strings.Contains(diags.Error(), "horizon") {
+		t.Errorf("bad horizon: %v, want an error naming it", diags)
+	}
 	_, _, diags = ParseConfig("daemon.hcl", []byte("project \"a\" {\n  quota_gpus = 8\n  max_gpus = 4\n}\n"))
 	if !diags.HasErrors() || diags[0].Subject == nil || diags[0].Subject.Start.Line < 2 {
 		t.Errorf("quota above max: %v, want a positioned error", diags)
@@ -189,6 +202,17 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	if al := sum.Allocation; al == nil || al.Target != 2 || al.Reason == "" {
 		t.Fatalf("alpha's allocation %+v, want target 2 with a reason", al)
 	}
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := false
+	for _, e := range evs.Events {
+		reclaimed = reclaimed || e.Type == "fleet.allocated" && e.Fleet == "alpha" && e.Data["to"] == "2" && strings.Contains(e.Message, "project b takes back")
+	}
+	if !reclaimed {
+		t.Error("no fleet.allocated event says why alpha went 4→2")
+	}
 
 	// A second fleet of b's cannot get its min_nodes: it queues.
 	apply("charlie", "b", 2, 2)
@@ -249,19 +273,27 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
 }
 
+// memDaemon is a test daemon on the in-memory provider without projects
+// that prints its events if the test fails.
+func memDaemon(t *testing.T) *testDaemon {
+	t.Helper()
+	mem := providertest.NewMemProvider()
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpEvents(t, td)
+		}
+	})
+	return td
+}
+
 // TestBudgetPauseAndResume: a fleet whose spend reaches its budget's
 // total pauses (every node drained, the fleet kept), and runs again once
 // resumed with a raised budget. No project is declared: a fleet's own
 // budget is enforced in the default project too.
 func TestBudgetPauseAndResume(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{})
+	td := memDaemon(t)
 	ctx := context.Background()
-	defer func() {
-		if t.Failed() {
-			dumpEvents(t, td)
-		}
-	}()
 	withBudget := func(total string) string {
 		return strings.Replace(projectSpec("delta", "default", 2, 2), "  node {", "  budget {\n    total = "+total+"\n  }\n  node {", 1)
 	}
@@ -307,5 +339,48 @@ func TestBudgetPauseAndResume(t *testing.T) {
 	waitFor(t, "delta running again", 30*time.Second, func() bool { return td.running(t, "delta", joined) == 2 })
 	if err := td.client.Resume(ctx, "nope"); err == nil {
 		t.Error("resume of an unknown fleet succeeded")
+	}
+}
+
+// TestBudgetStop: on_exhausted = "stop" ends the fleet: its nodes drain,
+// then it is marked completed (not succeeded, "stopped: …"), leaves the
+// allocation, and stays stopped.
+func TestBudgetStop(t *testing.T) {
+	td := memDaemon(t)
+	ctx := context.Background()
+	src := strings.Replace(projectSpec("echo", "default", 2, 2), "  node {", "  budget {\n    total        = 0.0001\n    on_exhausted = \"stop\"\n  }\n  node {", 1)
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "echo.hcl", Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	joined := map[string]bool{}
+	var s api.FleetDetail
+	waitFor(t, "echo stopped", 30*time.Second, func() bool {
+		td.joinAll(t, "echo", joined)
+		var err error
+		s, err = td.client.Fleet(ctx, "echo")
+		return err == nil && s.Completed && s.Allocation == nil
+	})
+	time.Sleep(300 * time.Millisecond) // passes after the stop start nothing
+	if s.Succeeded || !strings.HasPrefix(s.CompletedDetail, "stopped: ") || !strings.Contains(s.CompletedDetail, "budget") || s.Allocation != nil {
+		t.Errorf("stopped fleet: succeeded %v, detail %q, allocation %+v", s.Succeeded, s.CompletedDetail, s.Allocation)
+	}
+	for _, n := range td.nodes(t, "echo") {
+		if n.State != state.NodeTerminated && n.State != state.NodeFailed {
+			t.Errorf("node %s is %s after the stop", n.ID, n.State)
+		}
+	}
+	evs, err := td.client.Events(ctx, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range evs.Events {
+		seen[e.Type]++
+	}
+	if seen["fleet.stopping"] != 1 || seen["fleet.stopped"] != 1 || seen["fleet.paused"] != 0 {
+		t.Errorf("events %v: want one fleet.stopping and one fleet.stopped, no pause", seen)
+	}
+	if err := td.client.Resume(ctx, "echo"); err == nil {
+		t.Error("a stopped fleet was resumed")
 	}
 }

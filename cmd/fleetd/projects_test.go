@@ -36,6 +36,10 @@ func TestProjectsRender(t *testing.T) {
 				{Name: "charlie", Allocation: &api.AllocationInfo{Action: "queue", Kind: "queued", QueuePosition: 1, Reason: "waits for b's quota"}},
 			})
 		}, []string{"alpha: run 2 nodes (reclaim): a/alpha 4→2: b needs its quota", "charlie: queued #1 (queued): waits for b's quota"}},
+		{"stopped", func(b *bytes.Buffer) {
+			printFleets(b, []api.FleetSummary{{Name: "echo", Completed: true, CompletedDetail: "stopped: default/echo stops (on_exhausted = \"stop\")"}})
+			printFleetDetail(b, api.FleetDetail{FleetSummary: api.FleetSummary{Name: "echo", Completed: true, CompletedDetail: "stopped: its budget is spent"}}, now)
+		}, []string{"echo (stopped)", "Fleet:          echo (generation 0, stopped;", "Outcome:        stopped: its budget is spent\n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,6 +88,8 @@ func printFleets(w io.Writer, fleets []api.FleetSummary) {
 			name += " (destroying)"
 		case f.Completed && f.Succeeded:
 			name += " (done)"
+		case stoppedByBudget(f.Completed, f.CompletedDetail):
+			name += " (stopped)"
 		case f.Completed:
 			name += " (job failed)"
 		}
@@ -130,6 +132,8 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 		status = "destroying"
 	case d.Completed && d.Succeeded:
 		status = "job succeeded"
+	case stoppedByBudget(d.Completed, d.CompletedDetail):
+		status = "stopped"
 	case d.Completed:
 		status = "job failed"
 	}
@@ -149,7 +153,9 @@ func printFleetDetail(w io.Writer, d api.FleetDetail, now time.Time) {
 	if a := d.Allocation; a != nil {
 		fmt.Fprintf(tw, "Allocation:\t%s\n", allocationLine(a))
 	}
-	if d.Completed && d.CompletedDetail != "" {
+	if stoppedByBudget(d.Completed, d.CompletedDetail) {
+		fmt.Fprintf(tw, "Outcome:\t%s\n", d.CompletedDetail)
+	} else if d.Completed && d.CompletedDetail != "" {
 		fmt.Fprintf(tw, "Outcome:\t%s: %s\n", status, d.CompletedDetail)
 	}
 	if r := d.Rendezvous; r != nil {
@@ -448,4 +454,10 @@ func runEvents(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 	}
+}
+
+// stoppedByBudget: the daemon ended the fleet (on_exhausted = "stop"), it
+// did not fail; the daemon says so in the completion detail.
+func stoppedByBudget(completed bool, detail string) bool {
+	return completed && strings.HasPrefix(detail, "stopped: ")
 }

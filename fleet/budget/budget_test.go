@@ -297,3 +297,14 @@ func TestObserveAbsoluteSpend(t *testing.T) {
 		t.Errorf("estimated $%g, want $12.4", got)
 	}
 }
+
+func TestUSD(t *testing.T) {
+	for _, tt := range []struct {
+		v    float64
+		want string
+	}{{0, "$0.00"}, {5000, "$5000.00"}, {0.5, "$0.50"}, {0.01, "$0.01"}, {0.004, "$0.0040"}, {0.0001, "$0.00010"}, {0.00123, "$0.0012"}} {
+		if got := USD(tt.v); got != tt.want {
+			t.Errorf("USD(%g) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}

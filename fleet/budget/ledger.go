@@ -279,18 +279,18 @@ func evaluate(a Account, lim Limits, now time.Time) Status {
 	switch {
 	case lim.Total > 0 && st.Total >= lim.Total:
 		st.State = Exhausted
-		st.Reason = fmt.Sprintf("spent $%.2f of its $%.2f total: %s", st.Total, lim.Total, lim.OnExhausted)
+		st.Reason = fmt.Sprintf("spent %s of its %s total: %s", USD(st.Total), USD(lim.Total), lim.OnExhausted)
 	case lim.PerHour > 0 && st.PerHour >= lim.PerHour:
 		st.State = Capped
-		st.Reason = fmt.Sprintf("burns $%.2f/h, at its $%.2f/h cap: no nodes are added", st.PerHour, lim.PerHour)
+		st.Reason = fmt.Sprintf("burns %s/h, at its %s/h cap: no nodes are added", USD(st.PerHour), USD(lim.PerHour))
 	case lim.Total > 0 && st.Total >= lim.WarnAt*lim.Total:
 		st.State = Warn
-		st.Reason = fmt.Sprintf("spent $%.2f, %.0f%% of its $%.2f total", st.Total, 100*st.Total/lim.Total, lim.Total)
+		st.Reason = fmt.Sprintf("spent %s, %.0f%% of its %s total", USD(st.Total), 100*st.Total/lim.Total, USD(lim.Total))
 	case lim.PerHour > 0 && st.PerHour >= lim.WarnAt*lim.PerHour:
 		st.State = Warn
-		st.Reason = fmt.Sprintf("burns $%.2f/h, %.0f%% of its $%.2f/h cap", st.PerHour, 100*st.PerHour/lim.PerHour, lim.PerHour)
+		st.Reason = fmt.Sprintf("burns %s/h, %.0f%% of its %s/h cap", USD(st.PerHour), 100*st.PerHour/lim.PerHour, USD(lim.PerHour))
 	default:
-		st.Reason = fmt.Sprintf("spent $%.2f, burns $%.2f/h", st.Total, st.PerHour)
+		st.Reason = fmt.Sprintf("spent %s, burns %s/h", USD(st.Total), USD(st.PerHour))
 	}
 	if !st.ExhaustsAt.IsZero() && st.State != Exhausted {
 		st.Reason += "; the total runs out at " + st.ExhaustsAt.UTC().Format("2006-01-02 15:04Z") + " at this rate"
@@ -391,4 +391,13 @@ func (l *Ledger) Save(tx MetaStore) error {
 		return fmt.Errorf("save budget ledger: %w", err)
 	}
 	return nil
+}
+
+// USD renders dollars in cents, or with two significant digits below a
+// cent, so a small test or trial budget does not read "$0.00 of $0.00".
+func USD(v float64) string {
+	if v == 0 || math.Abs(v) >= 0.01 {
+		return fmt.Sprintf("$%.2f", v)
+	}
+	return fmt.Sprintf("$%.*f", int(math.Ceil(-math.Log10(math.Abs(v))))+1, v)
 }

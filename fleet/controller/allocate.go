@@ -40,6 +40,10 @@ type SavedAllocation struct {
 	Admitted       bool `json:"admitted,omitempty"`
 	Paused         bool `json:"paused,omitempty"`
 	PausedByBudget bool `json:"paused_by_budget,omitempty"`
+	// Stopping: its budget ran out under on_exhausted = "stop"; it is
+	// marked completed once its nodes are gone (pool.stop).
+	Stopping   bool   `json:"stopping,omitempty"`
+	StopReason string `json:"stop_reason,omitempty"`
 	// Arrival is its place in the queue (set on resume; zero: created_at).
 	Arrival    time.Time `json:"arrival,omitzero"`
 	LastChange time.Time `json:"last_change,omitzero"`
@@ -148,14 +152,72 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 	}
 	dec := allocator.Decide(in)
 	p.setDecision(&dec)
+	// A fleet that completed, stopped or is being destroyed has left the
+	// decision: it shows no stale allocation.
+	for _, f := range fleets {
+		if _, ok := specs[f.Name]; !ok {
+			p.forget(f.Name)
+		}
+	}
 	for _, a := range dec.Fleets {
-		p.admit(ctx, a, now)
+		if why, stopping := p.admit(ctx, a, now); stopping && a.From == 0 {
+			p.stop(ctx, a.Fleet, why, now)
+		}
+	}
+}
+
+// stop ends a fleet whose budget is spent under on_exhausted = "stop" once
+// no node of it is left: its nodes went through the normal drain path
+// (their workers checkpointed), so only then is it marked completed (not
+// succeeded). It leaves the pool and the queue for good; its checkpoints,
+// spend and logs stay, and `fleetd destroy` and a new apply start over.
+func (p *pool) stop(ctx context.Context, fleet, why string, now time.Time) {
+	c := p.c
+	stopped := false
+	err := c.store.Update(ctx, func(tx state.Tx) error {
+		f, err := tx.Fleet(fleet)
+		if err != nil || f.Completed || f.Destroying {
+			return err
+		}
+		nodes, err := tx.Nodes(fleet)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.State != state.NodeTerminated && n.State != state.NodeFailed {
+				return nil // still draining
+			}
+		}
+		f.Completed, f.Succeeded, f.CompletedAt = true, false, now
+		f.CompletedDetail = "stopped: " + why
+		if _, err := tx.PutFleet(f); err != nil {
+			return err
+		}
+		stopped = true
+		_, err = tx.AppendEvent(state.Event{Fleet: fleet, Type: "fleet.stopped", Message: fmt.Sprintf("fleet %s stopped: %s", fleet, why)})
+		return err
+	})
+	if err != nil {
+		c.log.Warn("stop fleet", "fleet", fleet, "err", err)
+		return
+	}
+	if stopped {
+		// Nothing is left to resume.
+		e := c.entry(fleet)
+		e.pass.Lock()
+		rt := c.runtime(fleet)
+		rt.Alloc.Paused, rt.Alloc.PausedByBudget, rt.Alloc.Stopping = false, false, false
+		e.pass.Unlock()
+		// Its allocation (0 nodes) stays for this ReconcileAll's passes,
+		// which read the fleet before it completed; the next drops it.
+		c.Kick()
 	}
 }
 
 // admit records a fleet's allocation in its runtime: what the allocator
-// must remember (admitted, paused) and what its pass caps its size by.
-func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time) {
+// must remember (admitted, paused, stopping) and what its pass caps its
+// size by. It reports whether the fleet is stopping, and why.
+func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time) (string, bool) {
 	c := p.c
 	e := c.entry(a.Fleet)
 	e.pass.Lock()
@@ -165,15 +227,19 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 	was := *sa
 	switch a.Action {
 	case allocator.Run:
-		sa.Admitted, sa.Paused, sa.PausedByBudget = true, false, false
+		sa.Admitted, sa.Paused, sa.PausedByBudget, sa.Stopping = true, false, false, false
 	case allocator.Queue:
 		// A fleet paused by its budget queues again once the budget allows.
 		if sa.PausedByBudget {
-			sa.Paused, sa.PausedByBudget, sa.Arrival = false, false, now
+			sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Arrival = false, false, false, now
 		}
 		sa.Admitted = false
 	case allocator.Pause, allocator.Stop:
 		sa.Admitted, sa.Paused, sa.PausedByBudget = false, true, true
+		// The allocator says stop once; later passes see it paused.
+		if a.Action == allocator.Stop {
+			sa.Stopping, sa.StopReason = true, a.Reason
+		}
 	case allocator.Paused:
 		sa.Admitted = false
 	}
@@ -185,10 +251,20 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 		to = 0
 	}
 	if to != sa.To {
+		// A running fleet's new size is the decision operators ask about
+		// later ("why did resnet shrink?"): the reason goes in the log.
+		if a.Action == allocator.Run && was.Admitted && sa.To > 0 {
+			c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: "fleet.allocated", Message: a.Reason,
+				Data: map[string]string{"from": fmt.Sprint(sa.To), "to": fmt.Sprint(to), "kind": a.Kind}})
+		}
 		sa.To, sa.ChangedAt = to, now
 	}
 	if a.Action != allocator.Run && a.Action != allocator.Queue && was.Paused != sa.Paused {
-		c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: "fleet.paused", Message: fmt.Sprintf("fleet %s paused: %s", a.Fleet, a.Reason),
+		typ, verb := "fleet.paused", "paused"
+		if a.Action == allocator.Stop {
+			typ, verb = "fleet.stopping", "stops once its nodes have drained"
+		}
+		c.appendEvent(ctx, state.Event{Fleet: a.Fleet, Type: typ, Message: fmt.Sprintf("fleet %s %s: %s", a.Fleet, verb, a.Reason),
 			Data: map[string]string{"kind": a.Kind}})
 	}
 	if was.Paused && !sa.Paused {
@@ -198,6 +274,7 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 	al := a
 	rt.alloc = &al
 	rt.mu.Unlock()
+	return sa.StopReason, sa.Stopping
 }
 
 // capAllocation caps the pass's target by the fleet's allocation (never
@@ -218,6 +295,18 @@ func capAllocation(rt *Runtime, in *reconcile.Input) {
 	in.Allot = &reconcile.Allot{Nodes: to, Drain: a.Remove, Reason: string(a.Action) + ": " + a.Reason}
 	if rt.Alloc.ChangedAt.After(in.TargetAt) {
 		in.TargetAt = rt.Alloc.ChangedAt
+	}
+}
+
+// forget drops a fleet's allocation from its runtime.
+func (p *pool) forget(fleet string) {
+	c := p.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.fleets[fleet]; e != nil && e.rt != nil {
+		e.rt.mu.Lock()
+		e.rt.alloc = nil
+		e.rt.mu.Unlock()
 	}
 }
 
@@ -264,7 +353,7 @@ func (c *Controller) Resume(ctx context.Context, name string) (bool, error) {
 		return false, nil
 	}
 	now := c.now()
-	sa.Paused, sa.PausedByBudget, sa.Admitted, sa.Arrival = false, false, false, now
+	sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Admitted, sa.Arrival = false, false, false, false, now
 	c.save(ctx, name, rt, now, true)
 	e.pass.Unlock()
 	c.appendEvent(ctx, state.Event{Fleet: name, Type: "fleet.resumed", Message: fmt.Sprintf("fleet %s resumed: it queues to start again", name)})
