@@ -212,6 +212,9 @@ type NodeInfo struct {
 	RendezvousState string `json:"rendezvous_state,omitempty"`
 	Workers         string `json:"workers,omitempty"`
 	WorkerRound     int    `json:"worker_round,omitempty"`
+	// Staging is the node agent's latest report per staged data block
+	// (training.data mode "stage"): bytes, rate, ETA, where from.
+	Staging []StagingReport `json:"staging,omitempty"`
 }
 
 // FleetSummary is one fleet in list and status responses.
