@@ -293,7 +293,7 @@ func (e *elastic) register(ctx context.Context) error {
 	if resp.RendezvousURL == "" {
 		resp.RendezvousURL = e.dc.base
 	}
-	tc := withDataEnv(resp.Training)
+	tc := withDataEnv(resp.Training, e.a.opts.Root)
 	e.mu.Lock()
 	e.training = tc
 	e.mu.Unlock()

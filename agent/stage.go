@@ -355,23 +355,24 @@ func redactSource(s string) string {
 }
 
 // dataEnv names the data to the workers: FLEETD_DATA_<i>_PATH (where it
-// is on the node), _SOURCE and _MODE, per data block in spec order, and
-// FLEETD_DATA_COUNT. A streamed source's workers read _SOURCE themselves.
-func dataEnv(data []agentwire.DataConfig) map[string]string {
+// is on the node: the mount path, under root on a local node), _SOURCE
+// and _MODE, per data block in spec order, and FLEETD_DATA_COUNT. A
+// streamed source's workers read _SOURCE themselves.
+func dataEnv(data []agentwire.DataConfig, root string) map[string]string {
 	if len(data) == 0 {
 		return nil
 	}
 	env := map[string]string{"FLEETD_DATA_COUNT": strconv.Itoa(len(data))}
 	for i, d := range data {
 		p := "FLEETD_DATA_" + strconv.Itoa(i) + "_"
-		env[p+"PATH"], env[p+"SOURCE"], env[p+"MODE"] = d.MountPath, d.Source, d.Mode
+		env[p+"PATH"], env[p+"SOURCE"], env[p+"MODE"] = filepath.Join(root, filepath.FromSlash(d.MountPath)), d.Source, d.Mode
 	}
 	return env
 }
 
 // withDataEnv adds dataEnv to tc's environment (the spec's own env wins).
-func withDataEnv(tc agentwire.TrainingConfig) agentwire.TrainingConfig {
-	de := dataEnv(tc.Data)
+func withDataEnv(tc agentwire.TrainingConfig, root string) agentwire.TrainingConfig {
+	de := dataEnv(tc.Data, root)
 	if de == nil {
 		return tc
 	}

@@ -237,13 +237,16 @@ func TestSafeKey(t *testing.T) {
 
 func TestDataEnv(t *testing.T) {
 	tc := withDataEnv(agentwire.TrainingConfig{Env: map[string]string{"FLEETD_DATA_0_PATH": "/mine"}, Data: []agentwire.DataConfig{
-		{Source: "s3://b/p", MountPath: "/data", Mode: dataStream}, {Source: "fsx://fs-1", MountPath: "/fsx", Mode: "mount"}}})
+		{Source: "s3://b/p", MountPath: "/data", Mode: dataStream}, {Source: "fsx://fs-1", MountPath: "/fsx", Mode: "mount"}}}, "")
 	want := map[string]string{"FLEETD_DATA_COUNT": "2", "FLEETD_DATA_0_PATH": "/mine", "FLEETD_DATA_0_SOURCE": "s3://b/p", "FLEETD_DATA_0_MODE": "stream",
 		"FLEETD_DATA_1_PATH": "/fsx", "FLEETD_DATA_1_SOURCE": "fsx://fs-1", "FLEETD_DATA_1_MODE": "mount"}
 	if fmt.Sprint(tc.Env) != fmt.Sprint(want) {
 		t.Fatalf("env = %v\nwant %v", tc.Env, want)
 	}
-	if tc := withDataEnv(agentwire.TrainingConfig{}); tc.Env != nil {
+	if tc := withDataEnv(agentwire.TrainingConfig{Data: []agentwire.DataConfig{{MountPath: "/d"}}}, "/node1"); tc.Env["FLEETD_DATA_0_PATH"] != "/node1/d" {
+		t.Fatalf("re-rooted path = %v", tc.Env)
+	}
+	if tc := withDataEnv(agentwire.TrainingConfig{}, ""); tc.Env != nil {
 		t.Fatalf("env without data = %v", tc.Env)
 	}
 }
@@ -342,5 +345,75 @@ func TestPeerStaging(t *testing.T) {
 				t.Fatalf("B with a forged grant: report %+v, %d bytes from the peer, %d from the bucket", r, fromPeer, bucketBytes.Load())
 			}
 		})
+	}
+}
+
+// dataCheckScript is a worker that lists the staged data it is pointed at
+// (FLEETD_DATA_0_PATH) and writes the sizes it saw.
+const dataCheckScript = `
+import json, os
+p = os.environ["FLEETD_DATA_0_PATH"]
+seen = {}
+for d, _, fs in os.walk(p):
+    for f in fs:
+        seen[os.path.relpath(os.path.join(d, f), p)] = os.path.getsize(os.path.join(d, f))
+out = os.path.join(os.environ["DATA_OUT"], "seen-%s.json" % os.environ["RANK"])
+with open(out + ".tmp", "w") as f:
+    json.dump(seen, f)
+os.rename(out + ".tmp", out)
+# Stay until every rank has looked: the first to exit finishes the job.
+import time
+deadline = time.time() + 20
+while not all(os.path.exists(os.path.join(os.environ["DATA_OUT"], "seen-%d.json" % r)) for r in range(int(os.environ["WORLD_SIZE"]))):
+    if time.time() > deadline:
+        raise SystemExit("peers never looked")
+    time.sleep(0.05)
+`
+
+// TestAgentsStageBeforeJoin runs two real agents against the test daemon
+// with a staged data block: each copies the data before it joins, reports
+// its progress, and its workers find the data at FLEETD_DATA_0_PATH.
+func TestAgentsStageBeforeJoin(t *testing.T) {
+	py := needPython(t)
+	addrs := loopbackAddrs(t, 2)
+	src, dir, out := t.TempDir(), t.TempDir(), t.TempDir()
+	want := dataset(t, src, datasetSizes)
+	script := filepath.Join(dir, "datacheck.py")
+	if err := os.WriteFile(script, []byte(dataCheckScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc := TrainingConfig{Command: []string{py, script}, NprocPerNode: 1, MaxRestarts: 1, DrainGrace: 5 * time.Second, Workdir: dir,
+		Env:  map[string]string{"DATA_OUT": out},
+		Data: []agentwire.DataConfig{{Source: "file://" + src, MountPath: "/data/corpus", Mode: dataStage}}}
+	d := newFakeDaemon(t, rdzvConfig(t, 2, 2), tc)
+	agents := []*testAgent{startAgent(t, d, "a", addrs[0]), startAgent(t, d, "b", addrs[1])}
+	waitAll(t, 60*time.Second, agents...)
+	wantDone(t, d, true)
+	for _, a := range agents {
+		checkStaged(t, filepath.Join(a.root, "data", "corpus"), want)
+	}
+	for rank := range 2 {
+		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("seen-%d.json", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want {
+			if !strings.Contains(string(b), fmt.Sprintf("%q: %d", k, len(v))) {
+				t.Fatalf("rank %d saw %s; missing %s", rank, b, k)
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	final := map[string]agentwire.StagingReport{}
+	for _, s := range d.stagings {
+		if s.r.Done {
+			final[s.node] = s.r
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		if r := final[n]; r.Bytes != total(want) || r.Error != "" || r.PeerURL == "" {
+			t.Fatalf("node %s final staging report %+v", n, r)
+		}
 	}
 }
