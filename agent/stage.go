@@ -76,18 +76,6 @@ func (c *stageCounter) report(d agentwire.DataConfig, from string, now time.Time
 	return r
 }
 
-// countingReader adds what it reads to n.
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (c countingReader) Read(p []byte) (int, error) {
-	k, err := c.r.Read(p)
-	c.n.Add(int64(k))
-	return k, err
-}
-
 // safeKey: an object key is a relative path inside the staged directory.
 func safeKey(k string) bool {
 	if k == "" || strings.HasPrefix(k, "/") || strings.Contains(k, "\\") || strings.HasSuffix(k, partSuffix) || k == stagedMarker {
@@ -173,7 +161,7 @@ func stageFile(ctx context.Context, src stageSource, o ckpt.Object, dir string, 
 		return fmt.Errorf("stage %s: %w", o.Key, err)
 	}
 	// Counted as it arrives, so progress moves within large files.
-	n, err := io.Copy(f, countingReader{r, &c.bytes})
+	n, err := io.Copy(f, ckpt.CountingReader(r, &c.bytes))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -294,26 +282,14 @@ func (s *stager) copyFrom(ctx context.Context, d agentwire.DataConfig, src stage
 	rd := agentwire.DataConfig{Source: redactSource(d.Source), MountPath: d.MountPath}
 	s.log("staging data", "source", rd.Source, "from", from, "dir", dir, "files", len(objs), "bytes", c.total)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(stageReportEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				r := c.report(rd, from, s.now())
-				s.log("staging progress", "source", rd.Source, "from", from, "bytes", r.Bytes, "total", r.Total,
-					"rate_mb_s", strconv.FormatFloat(r.RateBps/1e6, 'f', 1, 64), "eta_s", strconv.FormatFloat(r.ETASeconds, 'f', 1, 64))
-				_ = s.send(ctx, r) // best effort: the copy does not wait for the daemon
-			}
-		}
+	stop := ckpt.Every(stageReportEvery, func() {
+		r := c.report(rd, from, s.now())
+		s.log("staging progress", "source", rd.Source, "from", from, "bytes", r.Bytes, "total", r.Total,
+			"rate_mb_s", strconv.FormatFloat(r.RateBps/1e6, 'f', 1, 64), "eta_s", strconv.FormatFloat(r.ETASeconds, 'f', 1, 64))
+		_ = s.send(ctx, r) // best effort: the copy does not wait for the daemon
 	})
 	err = stageCopy(ctx, src, objs, dir, c)
-	close(stop)
-	wg.Wait()
+	stop()
 	if err != nil {
 		return err
 	}

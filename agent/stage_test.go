@@ -99,17 +99,8 @@ func stageSources(t *testing.T) map[string]func(t *testing.T) (string, map[strin
 			return "file://" + src, dataset(t, src, datasetSizes)
 		},
 		"moto-s3": func(t *testing.T) (string, map[string][]byte) {
-			srv, err := motoserver.Start(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Close() })
-			t.Setenv("AWS_ACCESS_KEY_ID", motoserver.AccessKeyID)
-			t.Setenv("AWS_SECRET_ACCESS_KEY", motoserver.SecretAccessKey)
-			t.Setenv("AWS_SESSION_TOKEN", "")
-			t.Setenv("AWS_PROFILE", "")
-			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+			srv := motoserver.StartT(t) // its own server, stopped by pid when the test ends
+			motoserver.UseStaticKeys(t)
 			c := s3.NewFromConfig(srv.Config("us-east-1"), func(o *s3.Options) { o.UsePathStyle = true })
 			if _, err := c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String("corpus")}); err != nil {
 				t.Fatal(err)
@@ -265,7 +256,7 @@ func (s countingSource) Open(ctx context.Context, key string) (io.ReadCloser, er
 	return struct {
 		io.Reader
 		io.Closer
-	}{countingReader{r, s.n}, r}, nil
+	}{ckpt.CountingReader(r, s.n), r}, nil
 }
 
 // TestPeerStaging: node A stages from the bucket and serves its copy; a
