@@ -43,6 +43,17 @@ type DataCost struct {
 	// Horizon spreads a staged copy's one-off cost: the remaining work,
 	// else DefaultMoveHorizon.
 	Horizon time.Duration
+	// CloudOf maps a provider name to its cloud (MoveCost.CloudOf: the
+	// simulator's market is one cloud under another name).
+	CloudOf map[string]string
+}
+
+// WithClouds takes the provider-to-cloud map of m (nil-safe both ways).
+func (d *DataCost) WithClouds(m *MoveCost) *DataCost {
+	if d != nil && m != nil && m.CloudOf != nil {
+		d.CloudOf = m.CloudOf
+	}
+	return d
 }
 
 // DataSet is one data block with its parsed source.
@@ -117,17 +128,21 @@ func (d *DataCost) Estimate(o providers.Offering) []DataEstimate {
 	if d == nil {
 		return nil
 	}
-	dst := Location{Cloud: o.Provider, Region: o.Region}
+	cloud := o.Provider
+	if c, ok := d.CloudOf[cloud]; ok {
+		cloud = c
+	}
+	dst := Location{Cloud: cloud, Region: o.Region}
 	gpus := float64(max(o.GPUs, 1))
 	out := make([]DataEstimate, 0, len(d.Sets))
 	for _, s := range d.Sets {
-		e := DataEstimate{Source: s.Source, Mode: s.Mode, From: s.Location().String(), To: Location{Cloud: o.Provider, Region: firstOf(o.Zone, o.Region)}.String()}
+		e := DataEstimate{Source: s.Source, Mode: s.Mode, From: s.Location().String(), To: Location{Cloud: cloud, Region: firstOf(o.Zone, o.Region)}.String()}
 		switch {
 		case s.Src.FileSystem():
 			// Other regions are excluded (dataExclusion): only the zone
 			// can differ.
 			if s.Zone != "" && o.Zone != "" && o.Zone != s.Zone {
-				e.PerGB, e.Rate = CrossZonePerGB[o.Provider], "cross-zone"
+				e.PerGB, e.Rate = CrossZonePerGB[cloud], "cross-zone"
 			}
 			e.From = Location{Cloud: s.Src.Cloud(), Region: firstOf(s.Zone, s.Region)}.String()
 		case s.Src.Bucket():
