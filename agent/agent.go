@@ -79,6 +79,9 @@ type Options struct {
 	LeaveTimeout time.Duration
 	// MaxBackoff caps the retry delay of every daemon call; default DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// PeerPort is the port a node serves its staged data to peers on
+	// (agent/peerstage.go); 0 picks a free one, reported to the daemon.
+	PeerPort int
 	// WarmJoinWait bounds how long a starting agent waits for its warm
 	// interpreters before it joins the rendezvous; default DefaultWarmJoinWait.
 	WarmJoinWait time.Duration

@@ -135,6 +135,11 @@ func (c *daemonClient) notice(ctx context.Context, n interruption.Notice) error 
 	return c.post(ctx, "notice", noticeRequest{Kind: string(n.Kind), Deadline: n.Deadline, Source: n.Source, Detail: n.Detail, ID: n.ID}, nil)
 }
 
+// staging reports a data copy's progress (agent/stage.go).
+func (c *daemonClient) staging(ctx context.Context, r agentwire.StagingReport) error {
+	return c.post(ctx, "staging", r, nil)
+}
+
 func (c *daemonClient) logs(ctx context.Context, r logsRequest) error {
 	return c.post(ctx, "logs", r, nil)
 }

@@ -70,6 +70,7 @@ type elastic struct {
 	rz    *rendezvous.Client
 	id    identity
 	sup   *supervisor
+	peers peerServer // serves staged data to peers (peerstage.go)
 	b     backoff
 	fleet string
 	node  string
@@ -184,6 +185,13 @@ func (e *elastic) run(ctx context.Context) error {
 	var ckptWG sync.WaitGroup
 	defer func() { stopCkpt(); ckptWG.Wait() }()
 	e.startCheckpoints(ckptCtx, &ckptWG)
+	if err := e.stageData(ctx); err != nil { // the node joins with its data on disk
+		e.shutdown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
 	e.awaitWarm(ctx)
 	v, err := e.join(ctx)
 	if err != nil {
@@ -285,7 +293,7 @@ func (e *elastic) register(ctx context.Context) error {
 	if resp.RendezvousURL == "" {
 		resp.RendezvousURL = e.dc.base
 	}
-	tc := resp.Training
+	tc := withDataEnv(resp.Training, e.a.opts.Root)
 	e.mu.Lock()
 	e.training = tc
 	e.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -118,6 +119,12 @@ type fakeDaemon struct {
 	logLines  map[string]int
 	dones     []doneReport
 	events    []string // the rendezvous' event log, for failure dumps
+	stagings  []doneStaging
+}
+
+type doneStaging struct {
+	node string
+	r    agentwire.StagingReport
 }
 
 func newFakeDaemon(t *testing.T, cfg rendezvous.Config, tc TrainingConfig) *fakeDaemon {
@@ -240,6 +247,16 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		w.WriteHeader(http.StatusAccepted)
+	case "staging":
+		var req agentwire.StagingReport
+		if err := dec.Decode(&req); err != nil {
+			bad(err)
+			return
+		}
+		d.mu.Lock()
+		d.stagings = append(d.stagings, doneStaging{node, req})
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
 	case "logs":
 		var req logsRequest
 		if err := dec.Decode(&req); err != nil {

@@ -43,6 +43,8 @@ type TrainingConfig struct {
 	// Network is the fast network the node was launched on (node.network);
 	// nil for the standard network.
 	Network *NetworkConfig `json:"network,omitempty"`
+	// Data is training.data (DataConfig).
+	Data []DataConfig `json:"data,omitempty"`
 }
 
 // NetworkConfig tells the agent which fast path its node has, so it sets

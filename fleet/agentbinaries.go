@@ -26,9 +26,21 @@ import (
 // at plan and apply, before a node boots into a failing download.
 
 // nodeStores reports whether a fleet's agents open the checkpoint store
-// with the node's own credentials, which needs the node-store agent build.
+// with the node's own credentials or stage a bucket, which needs the
+// node-store agent build.
 func nodeStores(fl *spec.Fleet) bool {
-	return fl != nil && fl.Training.Checkpoint != nil && fl.Training.Checkpoint.Access == spec.CheckpointAccessNode
+	return fl != nil && (fl.Training.Checkpoint != nil && fl.Training.Checkpoint.Access == spec.CheckpointAccessNode || stagesBucket(fl))
+}
+
+// stagesBucket: a data block copies a bucket to the nodes, which the slim
+// agent cannot read (no s3/gcs driver).
+func stagesBucket(fl *spec.Fleet) bool {
+	for _, d := range fl.Training.Data {
+		if src, err := spec.ParseDataSource(d.Source); err == nil && src.Bucket() && d.Mode == spec.DataStage {
+			return true
+		}
+	}
+	return false
 }
 
 // agentDirs are the directories searched for agent binaries: agent_dir

@@ -348,6 +348,8 @@ func securityRoutes() []routeCase {
 		{"POST /v1/agent/{fleet}/{node}/checkpoint/list", nodeScoped, 400, agent("checkpoint/list", []byte(`{"prefix":"../other-fleet/"}`))},
 		{"POST /v1/agent/{fleet}/{node}/checkpoint/delete", nodeScoped, 400, agent("checkpoint/delete", []byte(`{"keys":[]}`))},
 		{"POST /v1/agent/{fleet}/{node}/checkpoint/report", nodeScoped, 200, agent("checkpoint/report", []byte(`{}`))},
+		{"POST /v1/agent/{fleet}/{node}/staging", nodeScoped, 204, agent("staging", []byte(`{"source":"s3://b/p","mount_path":"/data","bytes":1,"total":2}`))},
+		{"POST /v1/agent/{fleet}/{node}/staging/peer", nodeScoped, 404, agent("staging/peer", []byte(`{"source":"s3://b/p","mount_path":"/data"}`))},
 		// Only the node named in the URL (or the admin) may download the
 		// agent binary; the first 4 bytes are enough.
 		{"GET /v1/agent/binary", nodeScoped, 206, func(node string) (string, string, []byte) {

@@ -228,6 +228,9 @@ func (d *fleetViews) Fleet(ctx context.Context, name string) (api.FleetDetail, e
 		}
 	}
 	d.withMembers(name, det.Nodes)
+	for i := range det.Nodes {
+		det.Nodes[i].Staging = d.agentAPI.Staging(name, det.Nodes[i].ID)
+	}
 	det.Recoveries, det.Alerts = d.stats.Recoveries(name), d.alerts(name)
 	_, det.RecentInterruptions = d.stats.Tally.Interruptions(name)
 	return det, nil

@@ -97,6 +97,10 @@ func (b nodeBoot) UserData(fleetName string, fl *spec.Fleet, n state.Node) (stri
 			Metadata: bootstrap.MetadataConfig{Kind: metadataKind(n.Offering.Provider)}},
 		Setup: fl.Training.Setup,
 	}
+	var err error
+	if in.Mounts, err = bootstrap.MountsFor(fl.Training.Data); err != nil {
+		return "", err
+	}
 	if d.ca != nil {
 		in.Agent.CAFingerprint = "sha256:" + d.ca.Fingerprint
 		in.CACertPEM = d.ca.CertPEM
@@ -104,7 +108,6 @@ func (b nodeBoot) UserData(fleetName string, fl *spec.Fleet, n state.Node) (stri
 	// Real VMs download the agent built for their architecture from the
 	// daemon; local nodes run this very binary already.
 	if downloadsAgent(n.Offering.Provider) {
-		var err error
 		if in.AgentURL, in.AgentSHA256, err = d.agents.AgentDownload(d.URL(), fleetName, n.ID, n.Offering.Arch, nodeStores(fl)); err != nil {
 			return "", err
 		}

@@ -311,6 +311,10 @@ func (m *Manager) saveJournal(j *journal) error {
 	return writeFileAtomic(p, b)
 }
 
+// CountingReader adds the bytes read from r to n (a transfer's progress;
+// agent/stage.go counts staged data with it).
+func CountingReader(r io.Reader, n *atomic.Int64) io.Reader { return progressReader{r, n} }
+
 // progressReader counts bytes into a transfer's progress.
 type progressReader struct {
 	r    io.Reader
@@ -491,25 +495,33 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // trackProgress copies the byte counter into the status twice a second.
 func (m *Manager) trackProgress(done *atomic.Int64, which func(*Status) *Transfer) func() {
-	stop := make(chan struct{})
+	return Every(500*time.Millisecond, func() {
+		m.update(func(s *Status) {
+			if tr := which(s); tr != nil {
+				tr.DoneBytes = done.Load()
+			}
+		})
+	})
+}
+
+// Every calls fn every d until the returned stop is called; stop returns
+// once fn is no longer running. Transfers report their progress with it.
+func Every(d time.Duration, fn func()) (stop func()) {
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			case <-t.C:
-				m.update(func(s *Status) {
-					if tr := which(s); tr != nil {
-						tr.DoneBytes = done.Load()
-					}
-				})
+				fn()
 			}
 		}
 	})
-	return func() { close(stop); wg.Wait() }
+	return func() { close(done); wg.Wait() }
 }
 
 func (m *Manager) objectSizes(ctx context.Context, prefix string) (map[string]int64, error) {

@@ -35,12 +35,7 @@ const motoRegion = "us-east-1"
 // SDK's default chain reads it).
 func motoBucket(t *testing.T, srv *motoserver.Server, prefix string) string {
 	t.Helper()
-	t.Setenv("AWS_ACCESS_KEY_ID", motoserver.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", motoserver.SecretAccessKey)
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	motoserver.UseStaticKeys(t)
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	name = fmt.Sprintf("%.40s-%d", name, time.Now().UnixNano()%1e6)
 	c := s3.NewFromConfig(srv.Config(motoRegion), func(o *s3.Options) { o.UsePathStyle = true })

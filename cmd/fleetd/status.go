@@ -302,6 +302,7 @@ func printNodes(w io.Writer, nodes []api.NodeInfo, now time.Time) {
 			age(time.Duration(n.AgeSeconds*float64(time.Second))), round, hb, dash(n.Address), n.Reason)
 	}
 	tw.Flush()
+	printStaging(w, nodes)
 }
 
 // heartbeatAge renders the age of a heartbeat that comes every second or

@@ -70,9 +70,10 @@ type API struct {
 	adminToken string
 	secret     []byte
 
-	logs  logRing
-	ckpts ckptRegistry
-	bins  binaryServer
+	logs     logRing
+	ckpts    ckptRegistry
+	bins     binaryServer
+	stagings stagingRegistry
 }
 
 // New returns the agent API of a daemon whose admin token is adminToken
@@ -91,6 +92,8 @@ func (a *API) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/list", a.nodeAuth(a.checkpointList))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/delete", a.nodeAuth(a.checkpointDelete))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/report", a.nodeAuth(a.checkpointReport))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/staging", a.nodeAuth(a.staging))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/staging/peer", a.nodeAuth(a.stagingPeer))
 	mux.HandleFunc("GET /v1/agent/binary", a.agentBinary)
 }
 
@@ -183,7 +186,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 			Command: t.Command, Workdir: t.Workdir, NprocPerNode: t.NprocPerNode, MaxRestarts: t.MaxRestarts,
 			MasterPort: t.MasterPort, DrainGrace: t.DrainGrace, CheckpointURI: t.CheckpointURI, Env: t.Env,
 			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart, Checkpoint: checkpointConfig(t.Checkpoint),
-			Elastic: t.Elastic, Network: networkConfig(n)}}
+			Elastic: t.Elastic, Network: networkConfig(n), Data: dataConfig(t.Data)}}
 		return nil
 	})
 	if err != nil {

@@ -9,13 +9,17 @@ import (
 // The agent API's bodies live in agentwire, which the agent imports too
 // (it must not import fleet/); these names keep the daemon's code as is.
 type (
-	RegisterRequest  = agentwire.RegisterRequest
-	RegisterResponse = agentwire.RegisterResponse
-	TrainingConfig   = agentwire.TrainingConfig
-	CheckpointConfig = agentwire.CheckpointConfig
-	NoticeRequest    = agentwire.NoticeRequest
-	LogsRequest      = agentwire.LogsRequest
-	DoneRequest      = agentwire.DoneRequest
+	RegisterRequest    = agentwire.RegisterRequest
+	RegisterResponse   = agentwire.RegisterResponse
+	TrainingConfig     = agentwire.TrainingConfig
+	CheckpointConfig   = agentwire.CheckpointConfig
+	NoticeRequest      = agentwire.NoticeRequest
+	LogsRequest        = agentwire.LogsRequest
+	DoneRequest        = agentwire.DoneRequest
+	DataConfig         = agentwire.DataConfig
+	StagingReport      = agentwire.StagingReport
+	PeerStagingRequest = agentwire.PeerStagingRequest
+	PeerStaging        = agentwire.PeerStaging
 )
 
 // Agent API (per-node token): the on-VM agent registers, reports notices and

@@ -216,6 +216,9 @@ type NodeInfo struct {
 	// placement group fleetd-bert-k3x9-us-east-1a"); empty on the
 	// standard network. Workers says whether its agent found the devices.
 	Network string `json:"network,omitempty"`
+	// Staging is the node agent's latest report per staged data block
+	// (training.data mode "stage"): bytes, rate, ETA, where from.
+	Staging []StagingReport `json:"staging,omitempty"`
 }
 
 // FleetSummary is one fleet in list and status responses.

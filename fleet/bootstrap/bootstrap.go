@@ -62,6 +62,9 @@ type Input struct {
 	Setup []string
 	// Env is written to the agent unit's environment (not secrets).
 	Env map[string]string
+	// Mounts are the data file systems (MountsFor), mounted before the
+	// setup commands run.
+	Mounts []Mount
 }
 
 // NewToken returns a fresh per-node token and the hash the daemon stores.
@@ -91,6 +94,8 @@ type writeFile struct {
 type cloudConfig struct {
 	WriteFiles []writeFile `yaml:"write_files"`
 	RunCmd     [][]string  `yaml:"runcmd"`
+	// Mounts are fstab entries (cloud-init's mounts module).
+	Mounts [][]string `yaml:"mounts,omitempty"`
 }
 
 // Render returns the #cloud-config document for one node.
@@ -145,12 +150,16 @@ func Render(in Input) (string, error) {
 				in.AgentSHA256, AgentBinaryPath, AgentBinaryPath, AgentBinaryPath, AgentBinaryPath)},
 		)
 	}
+	if len(in.Mounts) > 0 {
+		files = append(files, writeFile{Path: MountsPath, Permissions: "0755", Owner: "root:root", Content: mountsScript(in.Mounts)})
+		run = append(run, []string{MountsPath})
+	}
 	run = append(run,
 		[]string{SetupPath},
 		[]string{"systemctl", "daemon-reload"},
 		[]string{"systemctl", "enable", "--now", "fleetd-agent.service"},
 	)
-	out, err := yaml.Marshal(cloudConfig{WriteFiles: files, RunCmd: run})
+	out, err := yaml.Marshal(cloudConfig{WriteFiles: files, RunCmd: run, Mounts: fstab(in.Mounts)})
 	if err != nil {
 		return "", err
 	}

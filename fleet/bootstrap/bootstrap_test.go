@@ -85,6 +85,12 @@ func TestCloudInitSchema(t *testing.T) {
 		"full":        func(*Input) {},
 		"no-download": func(i *Input) { i.AgentURL, i.AgentSHA256, i.CACertPEM = "", "", nil },
 		"standalone":  func(i *Input) { i.Agent.DaemonURL, i.Agent.Token, i.Setup = "", "", nil },
+		"mounts": func(i *Input) {
+			var err error
+			if i.Mounts, err = MountsFor(mountData); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 	for name, mod := range variants {
 		t.Run(name, func(t *testing.T) {

@@ -148,7 +148,7 @@ func Choose(in ChooseInput) Choice {
 	all := candidates(in, m, strategy, false)
 	clean := candidates(in, m, strategy, true)
 
-	data := DataCostFor(in.Fleet)
+	data := DataCostFor(in.Fleet).WithClouds(in.Move)
 	existing := map[string]*held{}
 	// Nodes share a few offerings: each is evaluated once (a 10,000-node
 	// fleet would otherwise look every node up in the market), and a group
@@ -363,7 +363,7 @@ func evaluate(g *group, existing *held, minNodes, target int, dec Decision, s sp
 // failure on file.
 func candidates(in ChooseInput, m Model, s spec.Strategy, clean bool) map[string]*group {
 	groups := map[string]*group{}
-	data := DataCostFor(in.Fleet)
+	data := DataCostFor(in.Fleet).WithClouds(in.Move)
 	for _, o := range Filter(in.Fleet, in.Offerings) {
 		if in.Exclude[o.Key()] || o.Available == 0 {
 			continue

@@ -24,6 +24,16 @@ import (
 // of a region (list prices, 2025-06).
 var CrossZonePerGB = map[string]float64{"aws": 0.02, "gcp": 0.01}
 
+// Staging throughput one node copies at (docs/placement.md, "Data"): from
+// a bucket with parallel GETs (S3 and GCS serve a single client about
+// 1 GB/s), and from a peer's copy in its zone, disk to disk over the
+// fleet's network. A replacement stages before it joins, so this time is
+// part of each interruption's changeover.
+var (
+	BucketStageGBps = 1.0
+	PeerStageGBps   = 2.5
+)
+
 // DataCost prices a fleet's datasets from any offering; nil without data.
 type DataCost struct {
 	Sets   []DataSet
@@ -33,6 +43,17 @@ type DataCost struct {
 	// Horizon spreads a staged copy's one-off cost: the remaining work,
 	// else DefaultMoveHorizon.
 	Horizon time.Duration
+	// CloudOf maps a provider name to its cloud (MoveCost.CloudOf: the
+	// simulator's market is one cloud under another name).
+	CloudOf map[string]string
+}
+
+// WithClouds takes the provider-to-cloud map of m (nil-safe both ways).
+func (d *DataCost) WithClouds(m *MoveCost) *DataCost {
+	if d != nil && m != nil && m.CloudOf != nil {
+		d.CloudOf = m.CloudOf
+	}
+	return d
 }
 
 // DataSet is one data block with its parsed source.
@@ -92,6 +113,11 @@ type DataEstimate struct {
 	HourUSD  float64 `json:"hour_usd,omitempty"`
 	// StageUSD is a staged dataset's copy to one node.
 	StageUSD float64 `json:"stage_usd,omitempty"`
+	// StageSeconds is how long a replacement node stages it before it
+	// joins: from a peer of its zone when the job keeps other nodes
+	// there, else from the source; StagePeer says which.
+	StageSeconds float64 `json:"stage_seconds,omitempty"`
+	StagePeer    bool    `json:"stage_peer,omitempty"`
 	// PerGPUHour is what it adds to the offering's cost per useful
 	// GPU-hour.
 	PerGPUHour float64 `json:"per_gpu_hour"`
@@ -102,17 +128,21 @@ func (d *DataCost) Estimate(o providers.Offering) []DataEstimate {
 	if d == nil {
 		return nil
 	}
-	dst := Location{Cloud: o.Provider, Region: o.Region}
+	cloud := o.Provider
+	if c, ok := d.CloudOf[cloud]; ok {
+		cloud = c
+	}
+	dst := Location{Cloud: cloud, Region: o.Region}
 	gpus := float64(max(o.GPUs, 1))
 	out := make([]DataEstimate, 0, len(d.Sets))
 	for _, s := range d.Sets {
-		e := DataEstimate{Source: s.Source, Mode: s.Mode, From: s.Location().String(), To: Location{Cloud: o.Provider, Region: firstOf(o.Zone, o.Region)}.String()}
+		e := DataEstimate{Source: s.Source, Mode: s.Mode, From: s.Location().String(), To: Location{Cloud: cloud, Region: firstOf(o.Zone, o.Region)}.String()}
 		switch {
 		case s.Src.FileSystem():
 			// Other regions are excluded (dataExclusion): only the zone
 			// can differ.
 			if s.Zone != "" && o.Zone != "" && o.Zone != s.Zone {
-				e.PerGB, e.Rate = CrossZonePerGB[o.Provider], "cross-zone"
+				e.PerGB, e.Rate = CrossZonePerGB[cloud], "cross-zone"
 			}
 			e.From = Location{Cloud: s.Src.Cloud(), Region: firstOf(s.Zone, s.Region)}.String()
 		case s.Src.Bucket():
@@ -122,6 +152,14 @@ func (d *DataCost) Estimate(o providers.Offering) []DataEstimate {
 		case spec.DataStage:
 			e.StageUSD = s.SizeGB * e.PerGB
 			e.PerGPUHour = e.StageUSD / (d.Horizon.Hours() * gpus)
+			// With survivors in the zone a replacement copies from one
+			// of them, at no transfer charge (agent/peerstage.go).
+			e.StagePeer = d.Nodes > 1
+			rate := BucketStageGBps
+			if e.StagePeer {
+				rate = PeerStageGBps
+			}
+			e.StageSeconds = s.SizeGB / rate
 		default:
 			e.EpochUSD = s.ReadPerEpoch() * e.PerGB
 			e.HourUSD = e.EpochUSD / s.EpochTime().Hours()
@@ -142,13 +180,33 @@ func (d *DataCost) PerGPUHour(o providers.Offering) float64 {
 	return sum
 }
 
+// ChangeoverUSD is what staging adds to each interruption of a node on
+// o, per GPU: the replacement's paid time while it stages (it joins only
+// with the data on disk), plus the source's transfer price when no peer
+// of the zone can serve the copy.
+func (d *DataCost) ChangeoverUSD(o providers.Offering) float64 {
+	gpus := float64(max(o.GPUs, 1))
+	sum := 0.0
+	for _, e := range d.Estimate(o) {
+		if e.StageSeconds <= 0 {
+			continue
+		}
+		sum += o.PricePerHour * e.StageSeconds / 3600 / gpus
+		if !e.StagePeer {
+			sum += e.StageUSD / gpus
+		}
+	}
+	return sum
+}
+
 // apply adds the data cost to a candidate's score. It is added, not
 // weighted by availability: it is a price, the same for any capacity.
+// Staging enters each expected interruption's changeover.
 func (d *DataCost) apply(c Candidate) Candidate {
 	if d == nil {
 		return c
 	}
-	dc := d.PerGPUHour(c.Offering)
+	dc := d.PerGPUHour(c.Offering) + c.Rate*d.ChangeoverUSD(c.Offering)
 	c.DataCost = dc
 	c.Score += dc
 	c.Weighted += dc

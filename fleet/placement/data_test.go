@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -76,6 +77,31 @@ func TestDataStageCost(t *testing.T) {
 	// Each node copies 2 TB once: $180, over 10 h and 8 GPUs.
 	if len(es) != 1 || es[0].StageUSD != 180 || es[0].EpochUSD != 0 || math.Abs(es[0].PerGPUHour-180.0/80) > 1e-12 {
 		t.Fatalf("stage estimate %+v", es)
+	}
+	// Two nodes: a replacement copies from its zone's survivor, 2000 GB
+	// at 2.5 GB/s, paid at $12/h over 8 GPUs, no transfer charge.
+	if !es[0].StagePeer || es[0].StageSeconds != 800 {
+		t.Fatalf("stage time %+v", es[0])
+	}
+	if got, want := DataCostFor(f).ChangeoverUSD(gcp), 12.0*800/3600/8; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("changeover with a peer %g, want %g", got, want)
+	}
+	// One node: no survivor, the bucket again at 1 GB/s and its egress.
+	single := withData(1, 1, staged)
+	single.Work = 10 * time.Hour
+	if got, want := DataCostFor(single).ChangeoverUSD(gcp), 12.0*2000/3600/8+180.0/8; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("changeover without a peer %g, want %g", got, want)
+	}
+	// It enters the score through the interruption rate.
+	m := DefaultModel()
+	c0 := m.EvaluateIn(gcp, state.OfferingRecord{}, spec.StrategyLowestPrice, Outlook{})
+	if c0.Rate <= 0 {
+		t.Fatalf("spot offering without an interruption rate: %+v", c0)
+	}
+	d := DataCostFor(f)
+	c := d.apply(c0)
+	if want := c0.Score + d.PerGPUHour(gcp) + c0.Rate*d.ChangeoverUSD(gcp); math.Abs(c.Score-want) > 1e-12 || c.DataCost <= d.PerGPUHour(gcp) {
+		t.Fatalf("score %g (data %g), want %g", c.Score, c.DataCost, want)
 	}
 }
 

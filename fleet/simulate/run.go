@@ -32,6 +32,7 @@ const daemonID = "fleetd-sim"
 // the restart overhead.
 type runner struct {
 	fl     *spec.Fleet
+	data   *placement.DataCost // the fleet's datasets (data.go); nil without
 	cfg    providers.Config
 	prov   *sim.Provider
 	market *sim.Market
@@ -108,6 +109,7 @@ func newRunner(s *Setup, pol Policy, fl *spec.Fleet, cfg providers.Config, mkt *
 		joined: map[string]bool{}, gone: map[string]bool{},
 	}
 	r.now = start
+	r.data = r.dataCost()
 	r.deadline = start.Add(s.Job.Deadline)
 	r.hardEnd = r.deadline.Add(s.Job.Work)
 	// Every (re)start restores the checkpoint before the workers train.
@@ -176,7 +178,7 @@ func (r *runner) run() Result {
 	r.now = end
 	r.teardown()
 	u := r.prov.Usage()
-	r.res.Cost = u.Cost() + r.res.EgressCost
+	r.res.Cost = u.Cost() + r.res.EgressCost + r.res.DataCost
 	r.res.SpotCost, r.res.OnDemandCost = u.SpotCost, u.OnDemandCost
 	r.res.SpotHours, r.res.OnDemandHours = u.SpotHours, u.OnDemandHours
 	r.res.Preemptions = u.Preemptions
@@ -275,6 +277,7 @@ func (r *runner) progress(t time.Time) {
 		return
 	}
 	gain := time.Duration(float64(t.Sub(from)) * r.rate)
+	r.chargeStream(min(t.Sub(from), time.Duration(float64(r.job.Work-r.done)/r.rate)).Hours())
 	if r.done+gain >= r.job.Work {
 		need := time.Duration(float64(r.job.Work-r.done) / r.rate)
 		r.done = r.job.Work
@@ -600,6 +603,7 @@ func (r *runner) launch(l reconcile.Launch) {
 		r.records[l.Offering.Key()] = placement.RecordLaunch(r.record(l.Offering.Key()), r.now)
 		r.instances = append(r.instances, created...)
 		r.chargeRestore(l.Offering)
+		r.chargeStage(l.Offering)
 	}
 }
 

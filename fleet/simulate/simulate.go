@@ -154,7 +154,10 @@ type Result struct {
 	SizeChanges int `json:"size_changes,omitempty"`
 	// EgressCost is what the checkpoint restores cost in egress (part of
 	// Cost); CrossRegionRestores counts restores from another region.
-	EgressCost          float64 `json:"egress_cost,omitempty"`
+	EgressCost float64 `json:"egress_cost,omitempty"`
+	// DataCost is what reading the fleet's datasets cost (training.data:
+	// streamed reads, staged copies; part of Cost).
+	DataCost            float64 `json:"data_cost,omitempty"`
 	CrossRegionRestores int     `json:"cross_region_restores,omitempty"`
 }
 

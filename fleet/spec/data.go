@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"path"
 	"strings"
@@ -17,7 +18,7 @@ import (
 type Data struct {
 	// Source is the dataset's URL: s3://bucket/prefix, gs://bucket/prefix,
 	// file:///path, or a file system: fsx://fs-id, efs://fs-id,
-	// filestore://instance/share, nfs://host/path.
+	// filestore://IP/share, nfs://host/path.
 	Source string `json:"source"`
 	// MountPath is where the workers find the data on the node.
 	MountPath string `json:"mount_path"`
@@ -110,6 +111,9 @@ func ParseDataSource(s string) (DataSource, error) {
 		return DataSource{}, fmt.Errorf("source %q names no %s: write %s://%s", s, hostWord(u.Scheme), u.Scheme, hostExample(u.Scheme))
 	case u.Scheme == "nfs" && !path.IsAbs(u.Path):
 		return DataSource{}, fmt.Errorf("source %q names no export: write nfs://HOST/EXPORT", s)
+	case u.Scheme == "filestore" && (net.ParseIP(u.Host) == nil || len(u.Path) < 2):
+		// The node mounts IP:/SHARE; an instance name resolves nowhere.
+		return DataSource{}, fmt.Errorf("source %q: a Filestore share is mounted by the instance's IP address: write filestore://IP/SHARE (gcloud filestore instances describe INSTANCE shows it under networks)", s)
 	}
 	return d, nil
 }
@@ -125,7 +129,7 @@ func hostWord(scheme string) string {
 	case "nfs":
 		return "server"
 	case "filestore":
-		return "instance"
+		return "instance IP"
 	}
 	return "file system id"
 }
@@ -137,7 +141,7 @@ func hostExample(scheme string) string {
 	case "nfs":
 		return "HOST/EXPORT"
 	case "filestore":
-		return "INSTANCE/SHARE"
+		return "IP/SHARE"
 	}
 	return "fs-0123456789abcdef0"
 }

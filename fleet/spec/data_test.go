@@ -38,7 +38,7 @@ func TestDataBlocks(t *testing.T) {
   zone = "us-east-1a"
 }`, []Data{{Source: "fsx://fs-0123456789abcdef0", MountPath: "/fsx", Mode: DataMount, SizeGB: 1200, Region: "us-east-1", Zone: "us-east-1a", ZonePolicy: ZonePrefer}}},
 		{"two blocks, zone required, nfs anywhere", cmd + `data {
-  source = "filestore://fs1/share"
+  source = "filestore://10.20.0.2/share"
   mount_path = "/filestore"
   size_gb = 100
   region = "us-central1"
@@ -50,7 +50,7 @@ data {
   mount_path = "/nfs"
   size_gb = 10
 }`, []Data{
-			{Source: "filestore://fs1/share", MountPath: "/filestore", Mode: DataMount, SizeGB: 100, Region: "us-central1", Zone: "us-central1-a", ZonePolicy: ZoneRequired},
+			{Source: "filestore://10.20.0.2/share", MountPath: "/filestore", Mode: DataMount, SizeGB: 100, Region: "us-central1", Zone: "us-central1-a", ZonePolicy: ZoneRequired},
 			{Source: "nfs://10.0.0.5/export/data", MountPath: "/nfs", Mode: DataMount, SizeGB: 10, ZonePolicy: ZonePrefer},
 		}},
 	}
@@ -75,11 +75,12 @@ func TestParseDataSource(t *testing.T) {
 		{in: "s3://b/p/q", want: DataSource{Scheme: "s3", Host: "b", Path: "/p/q"}, cloud: "aws"},
 		{in: "gs://b", want: DataSource{Scheme: "gs", Host: "b"}, cloud: "gcp"},
 		{in: "efs://fs-1", want: DataSource{Scheme: "efs", Host: "fs-1"}, cloud: "aws", fs: true},
-		{in: "filestore://inst/share", want: DataSource{Scheme: "filestore", Host: "inst", Path: "/share"}, cloud: "gcp", fs: true},
+		{in: "filestore://10.20.0.2/share", want: DataSource{Scheme: "filestore", Host: "10.20.0.2", Path: "/share"}, cloud: "gcp", fs: true},
 		{in: "nfs://h/x", want: DataSource{Scheme: "nfs", Host: "h", Path: "/x"}, fs: true},
 		{in: "file:///data", want: DataSource{Scheme: "file", Path: "/data"}},
 		{in: "file://data", wantErr: "three slashes"},
 		{in: "nfs://h", wantErr: "names no export"},
+		{in: "filestore://inst/share", wantErr: "mounted by the instance's IP address"},
 		{in: "fsx://", wantErr: "names no file system id"},
 		{in: "lustre://x", wantErr: `unknown scheme "lustre" (known: s3://, gs://`},
 		{in: "/data", wantErr: "is not a URL"},

@@ -3,6 +3,7 @@ package motoserver
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -71,4 +72,17 @@ func CloseShared() error {
 	err := shared.srv.Close()
 	shared.srv, shared.err = nil, nil
 	return err
+}
+
+// UseStaticKeys points the AWS SDK's default credential chain at the
+// server's static test key for the rest of the test: the key in the
+// environment, no session token, profile or shared files to fall back on.
+func UseStaticKeys(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretAccessKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	none := filepath.Join(t.TempDir(), "none")
+	t.Setenv("AWS_CONFIG_FILE", none)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
 }

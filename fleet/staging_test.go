@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/fleet/api"
+)
+
+// TestStagingPeerAndStatus goes through the daemon: node A reports its
+// staging (in status), finishes and offers its copy; node B of the same
+// zone asks for a peer and gets A with a grant keyed by A's token, which
+// A's agent can check and B cannot forge.
+func TestStagingPeerAndStatus(t *testing.T) {
+	sd := startSecDaemon(t, t.TempDir(), false)
+	sd.applyMem(t)
+	ns := sd.nodes(t, "train")
+	a, b := ns[0], ns[1]
+	if a.Offering.Zone != b.Offering.Zone {
+		t.Fatalf("mem nodes in zones %s and %s; the test wants one zone", a.Offering.Zone, b.Offering.Zone)
+	}
+	tokA, tokB := "Bearer "+sd.NodeToken("train", a.ID), "Bearer "+sd.NodeToken("train", b.ID)
+	for id, tok := range map[string]string{a.ID: tokA, b.ID: tokB} {
+		if code, body, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+id+"/register", tok, []byte(`{"address":"127.0.0.21"}`)); code != 200 {
+			t.Fatalf("register %s: %d %s", id, code, body)
+		}
+	}
+	report := func(tok, node string, r agentwire.StagingReport) {
+		t.Helper()
+		if code, body, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+node+"/staging", tok, mustJSON(r)); code != http.StatusNoContent {
+			t.Fatalf("staging report: %d %s", code, body)
+		}
+	}
+	askPeer := func() (int, agentwire.PeerStaging) {
+		t.Helper()
+		code, body, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+b.ID+"/staging/peer", tokB,
+			[]byte(`{"source":"s3://corpus/tokens?endpoint=http://127.0.0.1:1","mount_path":"/data"}`))
+		var p agentwire.PeerStaging
+		if code == 200 {
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return code, p
+	}
+
+	report(tokA, a.ID, agentwire.StagingReport{Source: "s3://corpus/tokens", MountPath: "/data", From: "bucket", Bytes: 1 << 30, Total: 4 << 30, RateBps: 2e8, ETASeconds: 16})
+	if code, _ := askPeer(); code != http.StatusNotFound {
+		t.Fatalf("peer while A still copies: %d, want 404", code)
+	}
+	code, body, _ := sd.call(t, http.MethodGet, "/v1/fleets/train", "Bearer "+sd.Token(), nil)
+	var det api.FleetDetail
+	if code != 200 || json.Unmarshal(body, &det) != nil {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	var got []api.StagingReport
+	for _, n := range det.Nodes {
+		if n.ID == a.ID {
+			got = n.Staging
+		}
+	}
+	if len(got) != 1 || got[0].Bytes != 1<<30 || got[0].ETASeconds != 16 {
+		t.Fatalf("status staging of %s = %+v", a.ID, got)
+	}
+
+	report(tokA, a.ID, agentwire.StagingReport{Source: "s3://corpus/tokens", MountPath: "/data", From: "bucket", Bytes: 4 << 30, Total: 4 << 30, Done: true, PeerURL: "http://127.0.0.21:7790"})
+	code, p := askPeer()
+	if code != 200 || p.Node != a.ID || p.URL != "http://127.0.0.21:7790" || p.Grant.Requester != b.ID {
+		t.Fatalf("peer: %d %+v", code, p)
+	}
+	if p.Grant.MAC != agentwire.PeerMAC(sd.NodeToken("train", a.ID), b.ID, p.Grant.Expires) {
+		t.Fatal("the grant is not keyed by A's token")
+	}
+	if strings.Contains(p.Grant.MAC, sd.NodeToken("train", a.ID)) {
+		t.Fatal("the grant leaks A's token")
+	}
+	// A node never gets itself as a peer, nor a copy of another source.
+	if code, _, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+a.ID+"/staging/peer", tokA, []byte(`{"source":"s3://corpus/tokens","mount_path":"/data"}`)); code != http.StatusNotFound {
+		t.Fatalf("A asking for its own copy: %d", code)
+	}
+	if code, _, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+b.ID+"/staging/peer", tokB, []byte(`{"source":"s3://other/x","mount_path":"/data"}`)); code != http.StatusNotFound {
+		t.Fatalf("another source: %d", code)
+	}
+}
