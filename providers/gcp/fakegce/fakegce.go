@@ -417,17 +417,7 @@ func (s *Server) checkProject(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) listMachineTypes(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
-	items, ok := filterItems(w, r, len(z.mts), func(i int) any { return z.mts[i] })
-	if !ok {
-		return
-	}
-	s.writeList(w, r, "compute#machineTypeList", "projects/"+s.project+"/zones/"+z.name+"/machineTypes", s.zoneLink(z.name)+"/machineTypes", items)
+	listZonal(s, w, r, "compute#machineTypeList", "machineTypes", func(z *zoneState) []MachineType { return z.mts })
 }
 
 func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
@@ -447,17 +437,45 @@ func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listAcceleratorTypes(w http.ResponseWriter, r *http.Request) {
+	listZonal(s, w, r, "compute#acceleratorTypeList", "acceleratorTypes", func(z *zoneState) []AcceleratorType { return z.accels })
+}
+
+// listZonal answers a zonal catalog list (machine or accelerator types):
+// the zone's items, filtered and paged.
+func listZonal[V any](s *Server, w http.ResponseWriter, r *http.Request, kind, collection string, all func(*zoneState) []V) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	z, ok := s.zone(w, r)
 	if !ok {
 		return
 	}
-	items, ok := filterItems(w, r, len(z.accels), func(i int) any { return z.accels[i] })
+	vs := all(z)
+	items, ok := filterItems(w, r, len(vs), func(i int) any { return vs[i] })
 	if !ok {
 		return
 	}
-	s.writeList(w, r, "compute#acceleratorTypeList", "projects/"+s.project+"/zones/"+z.name+"/acceleratorTypes", s.zoneLink(z.name)+"/acceleratorTypes", items)
+	s.writeList(w, r, kind, "projects/"+s.project+"/zones/"+z.name+"/"+collection, s.zoneLink(z.name)+"/"+collection, items)
+}
+
+// readBody reads a request body of at most limit bytes, answering GCE's
+// parseError when it cannot.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeBody unmarshals a request body into v, answering GCE's parseError
+// when it is not JSON.
+func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
+		return false
+	}
+	return true
 }
 
 var (
@@ -469,9 +487,8 @@ var (
 )
 
 func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+	body, ok := readBody(w, r, 4<<20)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -497,8 +514,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var in Instance
-	if err := json.Unmarshal(body, &in); err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
+	if !decodeBody(w, body, &in) {
 		return
 	}
 	msg := s.validate(z, &in)
