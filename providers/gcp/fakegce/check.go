@@ -420,15 +420,9 @@ func (s *Server) getAcceleratorType(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.check.requests["acceleratorTypes.get"]++
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
-	if at := z.acceleratorType(r.PathValue("name")); at != nil {
+	if at, ok := zonalItem(s, w, r, "acceleratorTypes", "name", findIn((*zoneState).acceleratorType)); ok {
 		writeJSON(w, http.StatusOK, at)
-		return
 	}
-	writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/acceleratorTypes/%s' was not found", s.project, z.name, r.PathValue("name")))
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {

@@ -423,17 +423,43 @@ func (s *Server) listMachineTypes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if mt, ok := zonalItem(s, w, r, "machineTypes", "name", findIn((*zoneState).machineType)); ok {
+		writeJSON(w, http.StatusOK, mt)
+	}
+}
+
+// zonalItem finds the item the path's param names in the request's zone,
+// answering GCE's 404 when the zone or the item is missing. The caller
+// holds s.mu.
+func zonalItem[V any](s *Server, w http.ResponseWriter, r *http.Request, collection, param string, find func(z *zoneState, name string) (V, bool)) (V, bool) {
+	var zero V
 	z, ok := s.zone(w, r)
 	if !ok {
-		return
+		return zero, false
 	}
-	for _, mt := range z.mts {
-		if mt.Name == r.PathValue("name") {
-			writeJSON(w, http.StatusOK, mt)
-			return
-		}
+	name := r.PathValue(param)
+	v, ok := find(z, name)
+	if !ok {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/%s/%s' was not found", s.project, z.name, collection, name))
+		return zero, false
 	}
-	writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/machineTypes/%s' was not found", s.project, z.name, r.PathValue("name")))
+	return v, true
+}
+
+// findIn adapts a lookup that answers nil for a missing item to zonalItem.
+func findIn[V any](lookup func(*zoneState, string) *V) func(*zoneState, string) (*V, bool) {
+	return func(z *zoneState, name string) (*V, bool) {
+		v := lookup(z, name)
+		return v, v != nil
+	}
+}
+
+// inMap adapts a per-zone map to zonalItem.
+func inMap[V any](m func(*zoneState) map[string]V) func(*zoneState, string) (V, bool) {
+	return func(z *zoneState, name string) (V, bool) {
+		v, ok := m(z)[name]
+		return v, ok
+	}
 }
 
 func (s *Server) listAcceleratorTypes(w http.ResponseWriter, r *http.Request) {
@@ -780,16 +806,9 @@ func (s *Server) absLink(l string) string {
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
+	if in, ok := zonalItem(s, w, r, "instances", "name", inMap(func(z *zoneState) map[string]*Instance { return z.instances })); ok {
+		writeJSON(w, http.StatusOK, in)
 	}
-	in, ok := z.instances[r.PathValue("name")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' was not found", s.project, z.name, r.PathValue("name")))
-		return
-	}
-	writeJSON(w, http.StatusOK, in)
 }
 
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
@@ -910,13 +929,8 @@ func (s *Server) waitOperation(w http.ResponseWriter, r *http.Request) { s.pollO
 func (s *Server) pollOperation(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
+	o, ok := zonalItem(s, w, r, "operations", "op", inMap(func(z *zoneState) map[string]*opRec { return z.opsByName }))
 	if !ok {
-		return
-	}
-	o, ok := z.opsByName[r.PathValue("op")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/operations/%s' was not found", s.project, z.name, r.PathValue("op")))
 		return
 	}
 	s.stats.OperationPolls++
