@@ -217,3 +217,19 @@ class StepEnd:
         if self.step % self.a.ckpt_every == 0:
             self.save("periodic")
         return None
+
+
+def add_common_args(p):
+    """The flags every example trainer takes: run length, simulated compute
+    and checkpointing (each with its TRAIN_* / FLEETD_* environment default)."""
+    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
+                   help="total optimizer steps of the run (env TRAIN_STEPS)")
+    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
+                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
+    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
+                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
+    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
+                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
+    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
+                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
+    p.add_argument("--lr", type=float, default=0.05)

@@ -42,7 +42,7 @@ try:
 except ImportError:
     Reporter = None
 # The worker-contract skeleton the examples share (stdlib only, next to them).
-from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag,
+from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag, add_common_args,
                             UsageError, atomic_save, atomic_write, await_own_signal, checkpoint_dir,
                             emit, env_default, hard_exit, read_checkpoint_request, read_drain_notice, write_error_file)
 
@@ -52,10 +52,7 @@ CKPT_FORMAT = "fleetd-example-ddp/1"
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="fleetd example: elastic PyTorch DDP (gloo)")
-    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
-                   help="total optimizer steps of the run (env TRAIN_STEPS)")
-    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
-                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
+    add_common_args(p)
     # Scaling knobs (docs/examples.md): simulated compute that shrinks with the
     # world size, and a world size beyond which throughput stops growing.
     p.add_argument("--sample-time", type=float, default=env_default("TRAIN_SAMPLE_TIME", 0.0, float),
@@ -65,13 +62,6 @@ def parse_args(argv):
                    help="beyond this world size a step takes as long as at it (an extra sleep standing in "
                         "for communication that grows with the world size): throughput stops scaling; "
                         "0: off (env TRAIN_SCALE_LIMIT)")
-    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
-                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
-                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
-    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
-                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
-    p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--samples", type=int, default=2048)

@@ -42,7 +42,7 @@ try:
 except ImportError:
     Reporter = None
 # The worker-contract skeleton the examples share (stdlib only, next to them).
-from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag,
+from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag, add_common_args,
                             UsageError, atomic_write, await_own_signal, checkpoint_dir, emit,
                             env_default, read_checkpoint_request, read_drain_notice, write_error_file)
 
@@ -71,17 +71,7 @@ def env_int(name, default=None):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="fleetd example data-parallel trainer (stdlib only)")
-    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
-                   help="total optimizer steps of the run (env TRAIN_STEPS)")
-    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
-                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
-    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
-                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
-                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
-    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
-                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
-    p.add_argument("--lr", type=float, default=0.05)
+    add_common_args(p)
     p.add_argument("--dim", type=int, default=16, help="features of the synthetic dataset")
     p.add_argument("--samples", type=int, default=2048, help="size of the synthetic dataset")
     p.add_argument("--batch", type=int, default=64, help="global mini-batch, split across ranks")
