@@ -355,11 +355,7 @@ type Clock struct {
 func NewClock(t time.Time) *Clock { return &Clock{t: t} }
 
 // Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // Add moves the clock by d.
 func (c *Clock) Add(d time.Duration) {
