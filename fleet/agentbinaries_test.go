@@ -55,19 +55,7 @@ func TestAgentBinaryPerArch(t *testing.T) {
 	ec2srv := httptest.NewServer(ec2)
 	defer ec2srv.Close()
 	spec := func(types string) api.ApplyRequest {
-		return api.ApplyRequest{Filename: "t4.hcl", Source: fmt.Sprintf(`
-fleet "t4" {
-  min_nodes = 1
-  max_nodes = 1
-  node { gpus = 1 }
-  provider "aws" {
-    regions        = ["us-east-1"]
-    instance_types = [%s]
-    image          = "ami-0123456789abcdef0"
-    endpoint       = %q
-  }
-  training { command = ["python3", "train.py"] }
-}`, types, ec2srv.URL)}
+		return api.ApplyRequest{Filename: "t4.hcl", Source: awsFleetSpec("t4", 1, 1, 1, types, ec2srv.URL)}
 	}
 	only, mixed := spec(fmt.Sprintf("%q", otherType)), spec(fmt.Sprintf("%q, %q", otherType, hostType))
 	ctx := context.Background()
@@ -181,19 +169,7 @@ func TestCheckAgentBinaryRows(t *testing.T) {
 	ec2srv := httptest.NewServer(ec2)
 	defer ec2srv.Close()
 	req := func(types string, quick bool) api.CheckRequest {
-		return api.CheckRequest{Quick: quick, ApplyRequest: api.ApplyRequest{Filename: "t4.hcl", Source: fmt.Sprintf(`
-fleet "t4" {
-  min_nodes = 1
-  max_nodes = 1
-  node { gpus = 1 }
-  provider "aws" {
-    regions        = ["us-east-1"]
-    instance_types = [%s]
-    image          = "ami-0123456789abcdef0"
-    endpoint       = %q
-  }
-  training { command = ["python3", "train.py"] }
-}`, types, ec2srv.URL)}}
+		return api.CheckRequest{Quick: quick, ApplyRequest: api.ApplyRequest{Filename: "t4.hcl", Source: awsFleetSpec("t4", 1, 1, 1, types, ec2srv.URL)}}
 	}
 	agentDir := t.TempDir()
 	start := func() *testDaemon {

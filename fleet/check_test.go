@@ -127,19 +127,7 @@ func TestOfferingsViewWithoutSpotPrice(t *testing.T) {
 	defer ec2srv.Close()
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil, Options{})
 	spec := func(types string) string {
-		return fmt.Sprintf(`
-fleet "big" {
-  min_nodes = 1
-  max_nodes = 2
-  node { gpus = 8 }
-  provider "aws" {
-    regions        = ["us-east-1"]
-    instance_types = [%s]
-    image          = "ami-0123456789abcdef0"
-    endpoint       = %q
-  }
-  training { command = ["python3", "train.py"] }
-}`, types, ec2srv.URL)
+		return awsFleetSpec("big", 1, 2, 8, types, ec2srv.URL)
 	}
 	var views []OfferingsView
 	if err := td.client.Do(context.Background(), http.MethodPost, "/v1/offerings", nil, api.ApplyRequest{Filename: "big.hcl", Source: spec(`"p4d.24xlarge"`)}, &views); err != nil {
@@ -172,4 +160,22 @@ fleet "big" {
 	if len(views[0].Offerings) != 0 || !strings.Contains(strings.Join(views[0].Notes, "\n"), "no offerings") {
 		t.Errorf("a type offered nowhere: %d offerings, notes %q; want none and a note saying why", len(views[0].Offerings), views[0].Notes)
 	}
+}
+
+// awsFleetSpec is one fleet on the aws provider against a fake EC2 at
+// endpoint; types is the HCL list body of instance_types.
+func awsFleetSpec(name string, minNodes, maxNodes, gpus int, types, endpoint string) string {
+	return fmt.Sprintf(`
+fleet %q {
+  min_nodes = %d
+  max_nodes = %d
+  node { gpus = %d }
+  provider "aws" {
+    regions        = ["us-east-1"]
+    instance_types = [%s]
+    image          = "ami-0123456789abcdef0"
+    endpoint       = %q
+  }
+  training { command = ["python3", "train.py"] }
+}`, name, minNodes, maxNodes, gpus, types, endpoint)
 }

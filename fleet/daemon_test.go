@@ -30,10 +30,17 @@ func (s staticProviders) Get(ctx context.Context, name string) (providers.Provid
 	return p, nil
 }
 
-const memSpec = `
-fleet "train" {
-  min_nodes = 2
-  max_nodes = 3
+// memSpec is the fleet most daemon tests apply; tests derive variants by
+// replacing its lines, so memFleetSpec keeps them word for word.
+var memSpec = memFleetSpec("train", 2, 3, "200ms", "20s", "60s")
+
+// memFleetSpec is one fleet on the mem provider with the size and
+// rendezvous timers a test needs.
+func memFleetSpec(name string, minNodes, maxNodes int, lastCall, heartbeat, deadAfter string) string {
+	return fmt.Sprintf(`
+fleet %q {
+  min_nodes = %d
+  max_nodes = %d
   node {
     gpus      = 1
     gpu_types = ["T4"]
@@ -46,12 +53,13 @@ fleet "train" {
     command = ["python3", "train.py"]
   }
   rendezvous {
-    last_call  = "200ms"
-    heartbeat  = "20s"
-    dead_after = "60s"
+    last_call  = %q
+    heartbeat  = %q
+    dead_after = %q
   }
 }
-`
+`, name, minNodes, maxNodes, lastCall, heartbeat, deadAfter)
+}
 
 type testDaemon struct {
 	*Daemon

@@ -31,28 +31,7 @@ import (
 
 // fuzzSpec is memSpec with timers no fuzz run outlives: nothing changes
 // between two looks at the state except through a request.
-const fuzzSpec = `
-fleet "train" {
-  min_nodes = 2
-  max_nodes = 3
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-  rendezvous {
-    last_call  = "1h"
-    heartbeat  = "10m"
-    dead_after = "2h"
-  }
-}
-`
+var fuzzSpec = memFleetSpec("train", 2, 3, "1h", "10m", "2h")
 
 // fuzzDaemon is a daemon without a reconcile loop or listener: requests go
 // to its Handler, so the state changes only through them.

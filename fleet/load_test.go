@@ -154,28 +154,7 @@ func TestLoadAPIConcurrentClients(t *testing.T) {
 }
 
 func swarmSpec(n int) string {
-	return fmt.Sprintf(`
-fleet "swarm" {
-  min_nodes = %d
-  max_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-  rendezvous {
-    last_call  = "1s"
-    heartbeat  = "1s"
-    dead_after = "10s"
-  }
-}
-`, n, n)
+	return memFleetSpec("swarm", n, n, "1s", "1s", "10s")
 }
 
 // reconcileStats reads the reconcile-pass histogram of a fleet.

@@ -6,6 +6,7 @@
 package interruption
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -101,4 +102,17 @@ func (n Notice) Validate() error {
 		return fmt.Errorf("notice: source is not set")
 	}
 	return nil
+}
+
+// Sleep waits d or until ctx ends; it reports whether d passed. The
+// watchers back off with it between polls.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -23,7 +23,6 @@ import hashlib
 import itertools
 import json
 import os
-import signal
 import socket
 import sys
 import time
@@ -42,109 +41,18 @@ try:
     from fleetd_progress import Reporter
 except ImportError:
     Reporter = None
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_PEER = 3
+# The worker-contract skeleton the examples share (stdlib only, next to them).
+from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag, add_common_args,
+                            UsageError, atomic_save, atomic_write, await_own_signal, checkpoint_dir,
+                            emit, env_default, hard_exit, read_checkpoint_request, read_drain_notice, write_error_file)
 
 CKPT_FILE = "checkpoint.pt"
-DONE_FILE = "DONE"
 CKPT_FORMAT = "fleetd-example-ddp/1"
-
-
-class UsageError(Exception):
-    pass
-
-
-class PeerLost(Exception):
-    pass
-
-
-def emit(event, **fields):
-    rec = {"event": event}
-    rec.update(fields)
-    rec.setdefault("time", time.time())
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def write_error_file(exc):
-    """The JSON torchelastic's @record writes, so torchrun (and fleetd's
-    agent) can report the root cause of a non-zero exit."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    body = {"message": {
-        "message": "%s: %s" % (type(exc).__name__, exc),
-        "extraInfo": {"py_callstack": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                      "timestamp": str(int(time.time()))},
-    }}
-    try:
-        d = os.path.dirname(path)
-        if d:
-            os.makedirs(d, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(body, f)
-    except OSError:
-        pass
-
-
-def hard_exit(code):
-    """Leave without running destructors: a process group whose peer is gone
-    can block in teardown, and the agent wants a prompt exit code."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-class StopFlag:
-    def __init__(self):
-        self.signal = None
-
-    def install(self):
-        for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signal is None:
-            self.signal = signal.Signals(signum).name
-
-    @property
-    def set(self):
-        return self.signal is not None
-
-
-def env_default(name, default, conv):
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return conv(v)
-    except ValueError:
-        raise UsageError("environment %s=%r is not a valid %s" % (name, v, conv.__name__))
-
-
-def checkpoint_dir(uri):
-    if not uri:
-        return ""
-    if uri.startswith("file://"):
-        path = uri[len("file://"):]
-        if not path.startswith("/"):
-            raise UsageError("checkpoint URI %r: file:// URLs need an absolute path" % uri)
-        return path
-    if "://" in uri:
-        raise UsageError("checkpoint URI %r: this example only writes local paths or file:// URLs "
-                         "(mount object storage, e.g. with s3fs or gcsfuse)" % uri)
-    return uri
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="fleetd example: elastic PyTorch DDP (gloo)")
-    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
-                   help="total optimizer steps of the run (env TRAIN_STEPS)")
-    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
-                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
+    add_common_args(p)
     # Scaling knobs (docs/examples.md): simulated compute that shrinks with the
     # world size, and a world size beyond which throughput stops growing.
     p.add_argument("--sample-time", type=float, default=env_default("TRAIN_SAMPLE_TIME", 0.0, float),
@@ -154,13 +62,6 @@ def parse_args(argv):
                    help="beyond this world size a step takes as long as at it (an extra sleep standing in "
                         "for communication that grows with the world size): throughput stops scaling; "
                         "0: off (env TRAIN_SCALE_LIMIT)")
-    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
-                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
-                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
-    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
-                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
-    p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--samples", type=int, default=2048)
@@ -217,23 +118,11 @@ def param_digest(model):
 
 
 def atomic_torch_save(obj, path):
-    d = os.path.dirname(path)
-    tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_save(path, lambda f: torch.save(obj, f), binary=True, sync_dir=False)
 
 
 def atomic_write_text(path, text):
-    d = os.path.dirname(path)
-    tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, text, sync_dir=False)
 
 
 def resume_step():
@@ -276,7 +165,7 @@ def load_checkpoint_file(args, path):
     return ck
 
 
-class Run:
+class Run(StepEnd):
     def __init__(self, args, stop):
         self.a = args
         self.stop = stop
@@ -371,22 +260,9 @@ class Run:
                               json.dumps({"step": self.step, "time": time.time(), "script": "ddp_train.py"}) + "\n")
 
     def check_drain(self):
-        path = os.environ.get("FLEETD_DRAIN_FILE", "")
-        if self.drain_notice is not None or not path:
-            return self.drain_notice is not None
-        try:
-            with open(path) as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return False
-        except OSError as e:
-            raw = "unreadable: %s" % e
-        try:
-            notice = json.loads(raw)
-        except ValueError:
-            notice = {"raw": raw[:200]}
-        self.drain_notice = notice if isinstance(notice, dict) else {"raw": notice}
-        return True
+        if self.drain_notice is None:
+            self.drain_notice = read_drain_notice(os.environ.get("FLEETD_DRAIN_FILE", ""))
+        return self.drain_notice is not None
 
     def train(self):
         """Returns False when the run is done, True when the group agreed to
@@ -433,19 +309,11 @@ class Run:
             emit("step", step=self.step, world_size=self.world_size, rank=self.rank, loss=self.loss)
             self.samples += per_rank * self.world_size
             self.report_progress()
-            if flags[1].item() > 0 and not self.drained:
-                self.drained = True
-                emit("drain", rank=self.rank, step=self.step, local=self.drain_notice is not None,
-                     notice=self.drain_notice)
-                self.save("drain")
-            if self.step >= self.a.steps:
+            end = self.after_step(self.rank, flags[0].item() > 0, flags[1].item() > 0)
+            if end == "done":
                 break
-            if flags[0].item() > 0:
-                self.save("stop")
-                self.confirm_saved()
+            if end == "stop":
                 return True
-            if self.step % self.a.ckpt_every == 0:
-                self.save("periodic")
         self.save("done")
         self.write_done()
         return False
@@ -454,22 +322,7 @@ class Run:
 def read_request():
     """Checkpoint on notice: why the agent's SIGTERM came (reason, leaving,
     deadline), if the request is for this round."""
-    path = os.environ.get("FLEETD_CHECKPOINT_REQUEST", "")
-    try:
-        with open(path) as f:
-            req = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(req, dict) or str(req.get("round")) != os.environ.get("FLEETD_ROUND", str(req.get("round"))):
-        return None
-    return req
-
-
-def await_own_signal(stop, grace):
-    deadline = time.monotonic() + grace
-    while not stop.set and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return stop.set
+    return read_checkpoint_request(os.environ.get("FLEETD_CHECKPOINT_REQUEST", ""), os.environ.get("FLEETD_ROUND"))
 
 
 def fail(rank, step, exc, code):

@@ -37,17 +37,13 @@ except ImportError:  # a checkout: the helper lives in agent/ (the agent puts it
 import torch
 import torch.nn as nn
 
+# The event lines the example trainers share (examples/fleetd_trainer.py).
+sys.path.append(os.path.join(os.path.dirname(os.path.realpath(__file__)), ".."))
+from fleetd_trainer import emit  # noqa: E402
+
 CKPT_FILE = "checkpoint.pt"
 DONE_FILE = "DONE"
 CKPT_FORMAT = "fleetd-example-elastic/1"
-
-
-def emit(event, **fields):
-    rec = {"event": event}
-    rec.update(fields)
-    rec.setdefault("time", time.time())
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def parse_args(argv):

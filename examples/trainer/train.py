@@ -28,7 +28,6 @@ import os
 import random
 import select
 import shutil
-import signal
 import socket
 import struct
 import sys
@@ -42,92 +41,20 @@ try:
     from fleetd_progress import Reporter
 except ImportError:
     Reporter = None
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_PEER = 3
+# The worker-contract skeleton the examples share (stdlib only, next to them).
+from fleetd_trainer import (DONE_FILE, EXIT_ERROR, EXIT_OK, EXIT_PEER, EXIT_USAGE, PeerLost, StepEnd, StopFlag, add_common_args,
+                            UsageError, atomic_write, await_own_signal, checkpoint_dir, emit,
+                            env_default, read_checkpoint_request, read_drain_notice, write_error_file)
 
 CKPT_FILE = "checkpoint.json"
-DONE_FILE = "DONE"
 STEP_COMPLETE = "COMPLETE"  # marks a step-N/ checkpoint complete (FLEETD_CHECKPOINT_DIR)
 CKPT_FORMAT = "fleetd-example-trainer/1"
 ACK_TIMEOUT = 3.0  # seconds a live rank 0 needs at most to answer a hello
 MAX_MSG = 64 << 20  # a corrupt length prefix must not make us allocate gigabytes
 
 
-class UsageError(Exception):
-    """Bad arguments, environment or checkpoint: retrying cannot help."""
-
-
-class PeerLost(Exception):
-    """The group broke: a peer closed, reset or stayed silent too long."""
-
-
 class Stopped(Exception):
     """This process was asked to stop (SIGTERM/SIGINT) before the group formed."""
-
-
-# --- output -----------------------------------------------------------------
-
-def emit(event, **fields):
-    rec = {"event": event}
-    rec.update(fields)
-    rec.setdefault("time", time.time())
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def write_error_file(exc):
-    """Leave torchelastic's @record-style error file so an agent can show the
-    root cause of a non-zero exit."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    body = {"message": {
-        "message": "%s: %s" % (type(exc).__name__, exc),
-        "extraInfo": {"py_callstack": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                      "timestamp": str(int(time.time()))},
-    }}
-    try:
-        d = os.path.dirname(path)
-        if d:
-            os.makedirs(d, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(body, f)
-    except OSError:
-        pass  # best effort: the exit code still tells the story
-
-
-# --- signals ----------------------------------------------------------------
-
-class StopFlag:
-    def __init__(self):
-        self.signal = None
-
-    def install(self):
-        for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signal is None:
-            self.signal = signal.Signals(signum).name
-
-    @property
-    def set(self):
-        return self.signal is not None
-
-
-# --- configuration ----------------------------------------------------------
-
-def env_default(name, default, conv):
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return conv(v)
-    except ValueError:
-        raise UsageError("environment %s=%r is not a valid %s" % (name, v, conv.__name__))
 
 
 def env_int(name, default=None):
@@ -144,17 +71,7 @@ def env_int(name, default=None):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="fleetd example data-parallel trainer (stdlib only)")
-    p.add_argument("--steps", type=int, default=env_default("TRAIN_STEPS", 200, int),
-                   help="total optimizer steps of the run (env TRAIN_STEPS)")
-    p.add_argument("--step-time", type=float, default=env_default("TRAIN_STEP_TIME", 0.1, float),
-                   help="extra seconds of simulated compute per step (env TRAIN_STEP_TIME)")
-    p.add_argument("--ckpt", default=os.environ.get("FLEETD_CHECKPOINT_URI", ""),
-                   help="checkpoint directory or file:// URL (env FLEETD_CHECKPOINT_URI); empty: none")
-    p.add_argument("--ckpt-every", "--checkpoint-every", type=int, default=env_default("TRAIN_CKPT_EVERY", 50, int),
-                   help="checkpoint every K steps (env TRAIN_CKPT_EVERY); drain, stop and done always checkpoint")
-    p.add_argument("--resume-wait", type=float, default=env_default("TRAIN_RESUME_WAIT", 10.0, float),
-                   help="seconds rank 0 waits for the checkpoint FLEETD_RESUME_STEP names to become visible")
-    p.add_argument("--lr", type=float, default=0.05)
+    add_common_args(p)
     p.add_argument("--dim", type=int, default=16, help="features of the synthetic dataset")
     p.add_argument("--samples", type=int, default=2048, help="size of the synthetic dataset")
     p.add_argument("--batch", type=int, default=64, help="global mini-batch, split across ranks")
@@ -174,20 +91,6 @@ def parse_args(argv):
         raise UsageError("--step-time and --resume-wait must be >= 0 and the timeouts > 0")
     a.ckpt_dir = checkpoint_dir(a.ckpt)
     return a
-
-
-def checkpoint_dir(uri):
-    if not uri:
-        return ""
-    if uri.startswith("file://"):
-        path = uri[len("file://"):]
-        if not path.startswith("/"):
-            raise UsageError("checkpoint URI %r: file:// URLs need an absolute path" % uri)
-        return path
-    if "://" in uri:
-        raise UsageError("checkpoint URI %r: this example only writes local paths or file:// URLs "
-                         "(mount object storage, e.g. with s3fs or gcsfuse)" % uri)
-    return uri
 
 
 class Env:
@@ -394,26 +297,6 @@ def read_checkpoint(ckpt_dir, dim):
     return ck
 
 
-def atomic_write(path, data):
-    """temp file in the same directory + fsync + rename: a reader (or a
-    restart after SIGKILL) sees the old file or the new one, never half."""
-    d = os.path.dirname(path)
-    tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass  # directories cannot be fsynced on every filesystem
-
-
 def save_step_dir(ckpt_dir, step, data):
     """Write step-N/ under a dot-name, COMPLETE last, then rename it into
     place: the agent never sees half of it."""
@@ -431,16 +314,7 @@ def save_step_dir(ckpt_dir, step, data):
 def read_request(env):
     """The agent's checkpoint request (FLEETD_CHECKPOINT_REQUEST), if it is
     addressed to this round: {round, reason, leaving, deadline, ...}."""
-    if not env.checkpoint_request:
-        return None
-    try:
-        with open(env.checkpoint_request) as f:
-            req = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(req, dict) or (env.round and str(req.get("round")) != env.round):
-        return None
-    return req
+    return read_checkpoint_request(env.checkpoint_request, env.round or None)
 
 
 def confirm_checkpoint(env, step):
@@ -451,7 +325,7 @@ def confirm_checkpoint(env, step):
     emit("checkpointed", rank=env.rank, step=step, file=env.checkpoint_done)
 
 
-class Trainer:
+class Trainer(StepEnd):
     def __init__(self, args, env, stop):
         self.a = args
         self.env = env
@@ -694,21 +568,9 @@ class Trainer:
     # -- training --
 
     def check_drain(self):
-        if self.drain_notice is not None or not self.env.drain_file:
-            return self.drain_notice is not None
-        try:
-            with open(self.env.drain_file) as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return False
-        except OSError as e:
-            raw = "unreadable: %s" % e
-        try:
-            notice = json.loads(raw)
-        except ValueError:
-            notice = {"raw": raw[:200]}  # presence is the signal; content is advisory
-        self.drain_notice = notice if isinstance(notice, dict) else {"raw": notice}
-        return True
+        if self.drain_notice is None:
+            self.drain_notice = read_drain_notice(self.env.drain_file)
+        return self.drain_notice is not None
 
     def allreduce(self, contrib):
         """Sum the ranks' gradient sums at rank 0 (in rank order, so the
@@ -811,19 +673,11 @@ class Trainer:
             emit("step", step=self.step, world_size=self.env.world_size, rank=self.env.rank,
                  loss=self.loss)
             self.report_progress()
-            if upd["drain"] and not self.drained:
-                self.drained = True
-                emit("drain", rank=self.env.rank, step=self.step, local=self.drain_notice is not None,
-                     notice=self.drain_notice)
-                self.save("drain")
-            if self.step >= self.a.steps:
-                break  # finishing beats stopping: nothing would be left to resume
-            if upd["stop"]:
-                self.save("stop")
-                self.confirm_saved()
+            end = self.after_step(self.env.rank, upd["stop"], upd["drain"])
+            if end == "done":
+                break
+            if end == "stop":
                 return True
-            if self.step % self.a.ckpt_every == 0:
-                self.save("periodic")
         self.save("done")
         self.write_done()
         return False
@@ -831,16 +685,6 @@ class Trainer:
     def close(self):
         for c in self.peers + ([self.master] if self.master else []):
             c.close()
-
-
-def await_own_signal(stop, grace):
-    """The group broke because a peer stopped or died. If our own SIGTERM is
-    on its way (the agent stops every worker), exit 0 like the others;
-    otherwise this is a failure the agent must see."""
-    deadline = time.monotonic() + grace
-    while not stop.set and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return stop.set
 
 
 def main(argv):

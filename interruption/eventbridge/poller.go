@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/fleetd/fleetd/interruption"
 )
 
 // SQSAPI is the part of the SQS client the Poller uses; *sqs.Client
@@ -127,7 +129,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			p.errs.Add(1)
 			d := bo.next()
 			p.logger().Warn("sqs receive failed", "queue", url, "err", err, "retry_in", d)
-			if !sleep(ctx, d) {
+			if !interruption.Sleep(ctx, d) {
 				break
 			}
 			continue
@@ -166,7 +168,7 @@ func (p *Poller) resolve(ctx context.Context) (string, error) {
 		p.errs.Add(1)
 		d := bo.next()
 		p.logger().Warn("sqs GetQueueUrl failed", "queue", p.Queue, "err", err, "retry_in", d)
-		if !sleep(ctx, d) {
+		if !interruption.Sleep(ctx, d) {
 			break
 		}
 	}
@@ -230,15 +232,3 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

@@ -118,7 +118,7 @@ func (w *Watcher) watch(ctx context.Context, path string, judge func(context.Con
 				return
 			}
 			report(err)
-			if !sleep(ctx, backoff) {
+			if !interruption.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, maxB)
@@ -128,7 +128,7 @@ func (w *Watcher) watch(ctx context.Context, path string, judge func(context.Con
 		if v.ETag == "" {
 			// Without an ETag a hanging GET cannot say "after this value":
 			// poll instead, gently.
-			if !sleep(ctx, minB) {
+			if !interruption.Sleep(ctx, minB) {
 				return
 			}
 		}
@@ -239,15 +239,4 @@ func (c *Client) Identity(ctx context.Context) (id, zone, name string, err error
 		return "", "", "", fmt.Errorf("gcemeta: bad instance/id %q", iv.Body)
 	}
 	return id, zone, name, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -13,23 +13,11 @@ import (
 	"github.com/fleetd/fleetd/providers/local/imdsfake"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // fakeIMDS is an imdsfake server behind a swappable handler that counts
 // token requests.
 type fakeIMDS struct {
 	ts   *httptest.Server
-	clk  *clock
+	clk  *imdsfake.Clock
 	puts atomic.Int32
 	mu   sync.Mutex
 	srv  *imdsfake.Server
@@ -37,7 +25,7 @@ type fakeIMDS struct {
 
 func newFake(t *testing.T) *fakeIMDS {
 	t.Helper()
-	f := &fakeIMDS{clk: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	f := &fakeIMDS{clk: imdsfake.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	f.restart()
 	f.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut {

@@ -117,6 +117,21 @@ func (p *Provider) Market(cfg providers.Config) (*Market, error) {
 	return p.market(cfg)
 }
 
+// enter checks ctx, takes mu and loads cfg's market: the start of every
+// provider call. On success the caller holds mu and must unlock it.
+func (p *Provider) enter(ctx context.Context, cfg providers.Config) (*Market, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	m, err := p.market(cfg)
+	if err != nil {
+		p.mu.Unlock()
+		return nil, err
+	}
+	return m, nil
+}
+
 func (p *Provider) market(cfg providers.Config) (*Market, error) {
 	if p.opts.Market != nil {
 		if _, ok := p.clocks[p.opts.Market]; !ok {
@@ -256,15 +271,11 @@ func (p *Provider) unlive(in *instance) {
 // Offerings implements providers.Provider: per series a spot offering
 // (price and free capacity now) and an on-demand one (always available).
 func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m, err := p.market(cfg)
+	m, err := p.enter(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	now := p.now(m)
 	out := make([]providers.Offering, 0, 2*len(m.Offers))
 	for _, o := range m.Offers {
@@ -279,15 +290,11 @@ func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]provi
 // Create implements providers.Provider. Spot launches need free capacity
 // at the current tick; the instance runs after the launch latency.
 func (p *Provider) Create(ctx context.Context, cfg providers.Config, req providers.LaunchRequest) ([]providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m, err := p.market(cfg)
+	m, err := p.enter(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	now := p.now(m)
 	if req.IdempotencyToken != "" {
 		if prev, ok := p.tokens[req.IdempotencyToken]; ok {
@@ -360,15 +367,11 @@ func (p *Provider) copy(in *instance) providers.Instance {
 
 // Get implements providers.Provider; terminated instances stay visible.
 func (p *Provider) Get(ctx context.Context, cfg providers.Config, id string) (providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return providers.Instance{}, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m, err := p.market(cfg)
+	m, err := p.enter(ctx, cfg)
 	if err != nil {
 		return providers.Instance{}, err
 	}
+	defer p.mu.Unlock()
 	p.now(m)
 	in, ok := p.insts[id]
 	if !ok {
@@ -381,15 +384,11 @@ func (p *Provider) Get(ctx context.Context, cfg providers.Config, id string) (pr
 // List implements providers.Provider: live instances carrying every tag,
 // by id.
 func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[string]string) ([]providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m, err := p.market(cfg)
+	m, err := p.enter(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	p.now(m)
 	var out []providers.Instance
 	for _, in := range p.order {
@@ -417,14 +416,11 @@ func hasTags(have, want map[string]string) bool {
 // Delete implements providers.Provider: the instance ends (and stops
 // being billed) now.
 func (p *Provider) Delete(ctx context.Context, cfg providers.Config, id string) error {
-	if err := ctx.Err(); err != nil {
+	_, err := p.enter(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, err := p.market(cfg); err != nil {
-		return err
-	}
 	if in, ok := p.insts[id]; ok {
 		p.end(in, p.now(in.market))
 	}
@@ -434,14 +430,11 @@ func (p *Provider) Delete(ctx context.Context, cfg providers.Config, id string) 
 // Interrupt implements providers.Interrupter: the instance gets the
 // notice now and, when the notice has a deadline, ends then.
 func (p *Provider) Interrupt(ctx context.Context, cfg providers.Config, id string, info providers.InterruptionInfo) error {
-	if err := ctx.Err(); err != nil {
+	_, err := p.enter(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, err := p.market(cfg); err != nil {
-		return err
-	}
 	in, ok := p.insts[id]
 	if !ok {
 		return providers.NotFound(fmt.Errorf("sim instance %q", id))

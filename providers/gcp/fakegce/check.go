@@ -421,15 +421,9 @@ func (s *Server) getAcceleratorType(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.check.requests["acceleratorTypes.get"]++
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
-	if at := z.acceleratorType(r.PathValue("name")); at != nil {
+	if at, ok := zonalItem(s, w, r, "acceleratorTypes", "name", findIn((*zoneState).acceleratorType)); ok {
 		writeJSON(w, http.StatusOK, at)
-		return
 	}
-	writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/acceleratorTypes/%s' was not found", s.project, z.name, r.PathValue("name")))
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
@@ -472,9 +466,8 @@ type permissionsBody struct {
 }
 
 func (s *Server) testProjectPermissions(w http.ResponseWriter, r *http.Request) {
-	project, ok := strings.CutSuffix(r.PathValue("resource"), ":testIamPermissions")
+	project, ok := iamResource(w, r)
 	if !ok {
-		writeRPCError(w, http.StatusNotFound, "NOT_FOUND", "", fmt.Sprintf("The requested URL %s was not found on this server.", r.URL.Path))
 		return
 	}
 	s.mu.Lock()
@@ -496,15 +489,24 @@ func (s *Server) testProjectPermissions(w http.ResponseWriter, r *http.Request) 
 }
 
 func (s *Server) testServiceAccountPermissions(w http.ResponseWriter, r *http.Request) {
-	email, ok := strings.CutSuffix(r.PathValue("resource"), ":testIamPermissions")
+	email, ok := iamResource(w, r)
 	if !ok {
-		writeRPCError(w, http.StatusNotFound, "NOT_FOUND", "", fmt.Sprintf("The requested URL %s was not found on this server.", r.URL.Path))
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.check.requests["serviceAccounts.testIamPermissions"]++
 	s.answerPermissions(w, r, s.check.saDenied[email])
+}
+
+// iamResource is the resource of a "{resource}:testIamPermissions" path (the
+// resource and the verb share one segment); anything else is a 404.
+func iamResource(w http.ResponseWriter, r *http.Request) (string, bool) {
+	res, ok := strings.CutSuffix(r.PathValue("resource"), ":testIamPermissions")
+	if !ok {
+		writeRPCError(w, http.StatusNotFound, "NOT_FOUND", "", fmt.Sprintf("The requested URL %s was not found on this server.", r.URL.Path))
+	}
+	return res, ok
 }
 
 func (s *Server) answerPermissions(w http.ResponseWriter, r *http.Request, denied map[string]bool) {

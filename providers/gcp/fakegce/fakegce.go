@@ -417,47 +417,91 @@ func (s *Server) checkProject(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) listMachineTypes(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
-	items, ok := filterItems(w, r, len(z.mts), func(i int) any { return z.mts[i] })
-	if !ok {
-		return
-	}
-	s.writeList(w, r, "compute#machineTypeList", "projects/"+s.project+"/zones/"+z.name+"/machineTypes", s.zoneLink(z.name)+"/machineTypes", items)
+	listZonal(s, w, r, "compute#machineTypeList", "machineTypes", func(z *zoneState) []MachineType { return z.mts })
 }
 
 func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if mt, ok := zonalItem(s, w, r, "machineTypes", "name", findIn((*zoneState).machineType)); ok {
+		writeJSON(w, http.StatusOK, mt)
+	}
+}
+
+// zonalItem finds the item the path's param names in the request's zone,
+// answering GCE's 404 when the zone or the item is missing. The caller
+// holds s.mu.
+func zonalItem[V any](s *Server, w http.ResponseWriter, r *http.Request, collection, param string, find func(z *zoneState, name string) (V, bool)) (V, bool) {
+	var zero V
 	z, ok := s.zone(w, r)
 	if !ok {
-		return
+		return zero, false
 	}
-	for _, mt := range z.mts {
-		if mt.Name == r.PathValue("name") {
-			writeJSON(w, http.StatusOK, mt)
-			return
-		}
+	name := r.PathValue(param)
+	v, ok := find(z, name)
+	if !ok {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/%s/%s' was not found", s.project, z.name, collection, name))
+		return zero, false
 	}
-	writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/machineTypes/%s' was not found", s.project, z.name, r.PathValue("name")))
+	return v, true
+}
+
+// findIn adapts a lookup that answers nil for a missing item to zonalItem.
+func findIn[V any](lookup func(*zoneState, string) *V) func(*zoneState, string) (*V, bool) {
+	return func(z *zoneState, name string) (*V, bool) {
+		v := lookup(z, name)
+		return v, v != nil
+	}
+}
+
+// inMap adapts a per-zone map to zonalItem.
+func inMap[V any](m func(*zoneState) map[string]V) func(*zoneState, string) (V, bool) {
+	return func(z *zoneState, name string) (V, bool) {
+		v, ok := m(z)[name]
+		return v, ok
+	}
 }
 
 func (s *Server) listAcceleratorTypes(w http.ResponseWriter, r *http.Request) {
+	listZonal(s, w, r, "compute#acceleratorTypeList", "acceleratorTypes", func(z *zoneState) []AcceleratorType { return z.accels })
+}
+
+// listZonal answers a zonal catalog list (machine or accelerator types):
+// the zone's items, filtered and paged.
+func listZonal[V any](s *Server, w http.ResponseWriter, r *http.Request, kind, collection string, all func(*zoneState) []V) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	z, ok := s.zone(w, r)
 	if !ok {
 		return
 	}
-	items, ok := filterItems(w, r, len(z.accels), func(i int) any { return z.accels[i] })
+	vs := all(z)
+	items, ok := filterItems(w, r, len(vs), func(i int) any { return vs[i] })
 	if !ok {
 		return
 	}
-	s.writeList(w, r, "compute#acceleratorTypeList", "projects/"+s.project+"/zones/"+z.name+"/acceleratorTypes", s.zoneLink(z.name)+"/acceleratorTypes", items)
+	s.writeList(w, r, kind, "projects/"+s.project+"/zones/"+z.name+"/"+collection, s.zoneLink(z.name)+"/"+collection, items)
+}
+
+// readBody reads a request body of at most limit bytes, answering GCE's
+// parseError when it cannot.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeBody unmarshals a request body into v, answering GCE's parseError
+// when it is not JSON.
+func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
+		return false
+	}
+	return true
 }
 
 var (
@@ -469,9 +513,8 @@ var (
 )
 
 func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+	body, ok := readBody(w, r, 4<<20)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -497,8 +540,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var in Instance
-	if err := json.Unmarshal(body, &in); err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
+	if !decodeBody(w, body, &in) {
 		return
 	}
 	msg := s.validate(z, &in)
@@ -764,16 +806,9 @@ func (s *Server) absLink(l string) string {
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
+	if in, ok := zonalItem(s, w, r, "instances", "name", inMap(func(z *zoneState) map[string]*Instance { return z.instances })); ok {
+		writeJSON(w, http.StatusOK, in)
 	}
-	in, ok := z.instances[r.PathValue("name")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' was not found", s.project, z.name, r.PathValue("name")))
-		return
-	}
-	writeJSON(w, http.StatusOK, in)
 }
 
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
@@ -894,13 +929,8 @@ func (s *Server) waitOperation(w http.ResponseWriter, r *http.Request) { s.pollO
 func (s *Server) pollOperation(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
+	o, ok := zonalItem(s, w, r, "operations", "op", inMap(func(z *zoneState) map[string]*opRec { return z.opsByName }))
 	if !ok {
-		return
-	}
-	o, ok := z.opsByName[r.PathValue("op")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/operations/%s' was not found", s.project, z.name, r.PathValue("op")))
 		return
 	}
 	s.stats.OperationPolls++

@@ -1,9 +1,7 @@
 package fakegce
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -106,9 +104,8 @@ func (s *Server) regionLink(region string) string {
 }
 
 func (s *Server) insertPolicy(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+	body, ok := readBody(w, r, 1<<20)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -118,8 +115,7 @@ func (s *Server) insertPolicy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rp ResourcePolicy
-	if err := json.Unmarshal(body, &rp); err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
+	if !decodeBody(w, body, &rp) {
 		return
 	}
 	switch {

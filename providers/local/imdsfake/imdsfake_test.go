@@ -7,26 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newTestServer(t *testing.T) (*Server, *clock, *httptest.Server) {
+func newTestServer(t *testing.T) (*Server, *Clock, *httptest.Server) {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	s := New(Identity{
 		InstanceID: "i-0123456789abcdef0", InstanceType: "local.gpu1", AvailabilityZone: "local-a",
 		Region: "local", LifeCycle: "spot", LocalIPv4: "127.0.10.7", AccountID: "000000000000", ImageID: "ami-local",
