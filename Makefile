@@ -61,7 +61,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 20s)
 .PHONY: chaos
 chaos: ## Long chaos, partition, HA and load suites (CHAOS_RUNS, CHAOS_SEED, CHAOS_FAULTS, FLEETD_HA_CHAOS_ROUNDS)
 	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestProviderOutage|TestLoad|TestLifecycleModel' ./fleet/
-	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestPartition|TestHAChaos|TestProjectScalingE2E' ./cmd/fleetd/ \
+	FLEETD_CHAOS_LONG=1 $(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestPartition|TestHAChaos|TestProjectScalingE2E|TestBudgetPauseE2E' ./cmd/fleetd/ \
 		-chaos.runs=$${CHAOS_RUNS:-0} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-0}
 
 .PHONY: clean

@@ -309,6 +309,9 @@ func TestProjectsReclaimE2E(t *testing.T) {
 // budget and `fleetd resume`d, it trains on from that checkpoint's step,
 // not from 0.
 func TestBudgetPauseE2E(t *testing.T) {
+	if !chaosLong() {
+		t.Skip("long: make chaos (FLEETD_CHAOS_LONG=1); fleet's TestBudgetPauseAndResume and TestBudgetStop are its short versions")
+	}
 	requireTorch(t)
 	began := time.Now()
 	bin := fleetdBinary(t)
