@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleetd/scripts/methodcount/methods"
 )
 
 const module = "github.com/fleetd/fleetd"
@@ -151,39 +152,16 @@ func TestDaemonPackagesStayReadable(t *testing.T) {
 			}
 		}
 	}
-	methods := map[string]int{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "testdata") {
-			return err
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		for _, decl := range f.Decls {
-			fd, ok := decl.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 {
-				continue
-			}
-			typ := fd.Recv.List[0].Type
-			if s, ok := typ.(*ast.StarExpr); ok {
-				typ = s.X
-			}
-			if id, ok := typ.(*ast.Ident); ok {
-				methods[filepath.Dir(path)+"."+id.Name]++
-			}
-		}
-		return nil
-	})
+	counts, err := methods.Count(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(methods) == 0 {
+	if len(counts) == 0 {
 		t.Fatal("no methods found: the check checks nothing")
 	}
-	for typ, n := range methods {
-		if n > maxMethods {
-			t.Errorf("type %s has %d methods, over %d (go run ./scripts/methodcount ./fleet)", typ, n, maxMethods)
+	for typ, files := range counts {
+		if n := methods.Total(files); n > maxMethods {
+			t.Errorf("type %s.%s has %d methods, over %d (go run ./scripts/methodcount ./fleet)", typ.Pkg, typ.Name, n, maxMethods)
 		}
 	}
 }

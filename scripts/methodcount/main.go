@@ -8,77 +8,38 @@ package main
 import (
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
+	"maps"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/fleetd/fleetd/scripts/methodcount/methods"
 )
 
 func main() {
 	minCount := flag.Int("min", 10, "print only types with at least this many methods")
 	flag.Parse()
-	type key struct{ pkg, typ string }
-	counts := map[key]map[string]int{}
+	counts := map[methods.Type]map[string]int{}
 	for _, root := range flag.Args() {
-		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			for _, decl := range f.Decls {
-				fd, ok := decl.(*ast.FuncDecl)
-				if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 {
-					continue
-				}
-				t := fd.Recv.List[0].Type
-				if s, ok := t.(*ast.StarExpr); ok {
-					t = s.X
-				}
-				if ix, ok := t.(*ast.IndexExpr); ok {
-					t = ix.X
-				}
-				id, ok := t.(*ast.Ident)
-				if !ok {
-					continue
-				}
-				k := key{filepath.Dir(path), id.Name}
-				if counts[k] == nil {
-					counts[k] = map[string]int{}
-				}
-				counts[k][filepath.Base(path)]++
-			}
-			return nil
-		})
+		c, err := methods.Count(root)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		maps.Copy(counts, c)
 	}
-	keys := make([]key, 0, len(counts))
-	total := func(k key) int {
-		n := 0
-		for _, c := range counts[k] {
-			n += c
-		}
-		return n
-	}
+	keys := make([]methods.Type, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		if a, b := total(keys[i]), total(keys[j]); a != b {
+		if a, b := methods.Total(counts[keys[i]]), methods.Total(counts[keys[j]]); a != b {
 			return a > b
 		}
-		return keys[i].pkg+keys[i].typ < keys[j].pkg+keys[j].typ
+		return keys[i].Pkg+keys[i].Name < keys[j].Pkg+keys[j].Name
 	})
 	for _, k := range keys {
-		n := total(k)
+		n := methods.Total(counts[k])
 		if n < *minCount {
 			continue
 		}
@@ -87,6 +48,6 @@ func main() {
 			files = append(files, fmt.Sprintf("%s %d", f, c))
 		}
 		sort.Slice(files, func(i, j int) bool { return files[i] < files[j] })
-		fmt.Printf("%-28s %-18s %3d  (%s)\n", k.pkg, k.typ, n, strings.Join(files, ", "))
+		fmt.Printf("%-28s %-18s %3d  (%s)\n", k.Pkg, k.Name, n, strings.Join(files, ", "))
 	}
 }
