@@ -130,30 +130,8 @@ func startDaemonWith(t *testing.T, dataDir string, prov providers.Provider, mem 
 	return launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: prov}, mem, Options{Params: params})
 }
 
-const outageSpec = `
-fleet "train" {
-  min_nodes     = 2
-  max_nodes     = 4
-  desired_nodes = 3
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command     = ["python3", "train.py"]
-    drain_grace = "1s"
-  }
-  rendezvous {
-    last_call  = "200ms"
-    heartbeat  = "20s"
-    dead_after = "60s"
-  }
-}
-`
+// outageSpec is a 3-node fleet of the mem provider outside any project.
+var outageSpec = projectSpec("train", "", 2, 3)
 
 // TestProviderOutageNoDuplicateLaunches breaks the daemon↔provider API
 // while a replacement is due: first every call fails, then launches go

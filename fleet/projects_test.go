@@ -93,12 +93,15 @@ func TestApplyUnknownProject(t *testing.T) {
 	}
 }
 
-// projectSpec is a 1-GPU fleet of the mem provider in project, at
-// desired nodes within [minN, 4].
+// projectSpec is a 1-GPU fleet of the mem provider in project (none when
+// ""), at desired nodes within [minN, 4], draining in 1s.
 func projectSpec(name, project string, minN, desired int) string {
+	line := ""
+	if project != "" {
+		line = fmt.Sprintf("\n  project       = %q", project)
+	}
 	return fmt.Sprintf(`
-fleet %q {
-  project       = %q
+fleet %q {%s
   min_nodes     = %d
   max_nodes     = 4
   desired_nodes = %d
@@ -120,7 +123,7 @@ fleet %q {
     dead_after = "60s"
   }
 }
-`, name, project, minN, desired)
+`, name, line, minN, desired)
 }
 
 // running counts a fleet's running nodes, joining its booting ones to the
