@@ -578,28 +578,20 @@ func (s *BoltStore) AppendEvents(ctx context.Context, events []Event) ([]Event, 
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	for _, e := range events {
-		// Validated up front: a failing call makes bbolt re-run the whole batch.
-		if err := validEvent(e); err != nil {
-			return nil, err
-		}
+	// Validated up front: a failing call makes bbolt re-run the whole batch.
+	if err := validEvents(events); err != nil {
+		return nil, err
 	}
 	if len(events) == 0 {
 		return []Event{}, nil
 	}
 	var out []Event
-	// Batch may run this function more than once; it rebuilds out each time.
+	// Batch may run this function more than once; appendEvents rebuilds out each time.
 	err := s.db.Batch(func(btx *bolt.Tx) error {
-		out = make([]Event, 0, len(events))
 		return runTx(&boltKV{tx: btx}, s.now, func(t Tx) error {
-			for _, e := range events {
-				stored, err := t.AppendEvent(e)
-				if err != nil {
-					return err
-				}
-				out = append(out, stored)
-			}
-			return nil
+			var err error
+			out, err = appendEvents(t, events)
+			return err
 		})
 	})
 	if err != nil {

@@ -649,6 +649,8 @@ func (m *Memory) rawUpdate(ctx context.Context, fn func(kv) error) error {
 	if closed {
 		return ErrClosed
 	}
+	// The base maps only change in commit, which only this writer (holding
+	// writeMu) runs, so fn may read them without m.mu.
 	k := &memKV{m: m, write: true}
 	if err := fn(k); err != nil {
 		return err

@@ -334,25 +334,17 @@ func (s *Etcd) AppendEvents(ctx context.Context, events []Event) ([]Event, error
 		return nil, err
 	}
 	release()
-	for _, e := range events {
-		if err := validEvent(e); err != nil {
-			return nil, err
-		}
+	if err := validEvents(events); err != nil {
+		return nil, err
 	}
 	if len(events) == 0 {
 		return []Event{}, nil
 	}
 	var out []Event
 	err = s.Update(ctx, func(t Tx) error {
-		out = make([]Event, 0, len(events)) // a rerun starts over
-		for _, e := range events {
-			stored, err := t.AppendEvent(e)
-			if err != nil {
-				return err
-			}
-			out = append(out, stored)
-		}
-		return nil
+		var err error
+		out, err = appendEvents(t, events) // a rerun starts over
+		return err
 	})
 	if err != nil {
 		return nil, err

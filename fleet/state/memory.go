@@ -48,39 +48,13 @@ func NewMemoryWithClock(now func() time.Time) *Memory {
 
 // View runs fn on a consistent snapshot; commits wait until it returns.
 func (m *Memory) View(ctx context.Context, fn func(Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.closed {
-		return ErrClosed
-	}
-	return runTx(&memKV{m: m}, m.now, fn)
+	return m.rawView(ctx, func(k kv) error { return runTx(k, m.now, fn) })
 }
 
 // Update runs fn with writes buffered in the transaction and applies them
 // all at once if fn returns nil. A panic in fn discards them.
 func (m *Memory) Update(ctx context.Context, fn func(Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.writeMu.Lock()
-	defer m.writeMu.Unlock()
-	m.mu.RLock()
-	closed := m.closed
-	m.mu.RUnlock()
-	if closed {
-		return ErrClosed
-	}
-	// The base maps only change in commit, which only this writer (holding
-	// writeMu) runs, so fn may read them without m.mu.
-	k := &memKV{m: m, write: true}
-	if err := runTx(k, m.now, fn); err != nil {
-		return err
-	}
-	k.commit()
-	return nil
+	return m.rawUpdate(ctx, func(k kv) error { return runTx(k, m.now, fn) })
 }
 
 // Events returns up to limit events with Seq > since in Seq order; limit <= 0
@@ -97,21 +71,14 @@ func (m *Memory) Events(ctx context.Context, since uint64, limit int) ([]Event, 
 
 // AppendEvents appends events in one transaction, like BoltStore.AppendEvents.
 func (m *Memory) AppendEvents(ctx context.Context, events []Event) ([]Event, error) {
-	for _, e := range events {
-		if err := validEvent(e); err != nil {
-			return nil, err
-		}
+	if err := validEvents(events); err != nil {
+		return nil, err
 	}
-	out := make([]Event, 0, len(events))
+	var out []Event
 	err := m.Update(ctx, func(t Tx) error {
-		for _, e := range events {
-			stored, err := t.AppendEvent(e)
-			if err != nil {
-				return err
-			}
-			out = append(out, stored)
-		}
-		return nil
+		var err error
+		out, err = appendEvents(t, events)
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -484,6 +484,32 @@ func validEvent(e Event) error {
 	return nil
 }
 
+// validEvents checks a batch before any of it is written, so an invalid
+// event fails the whole AppendEvents call.
+func validEvents(events []Event) error {
+	for _, e := range events {
+		if err := validEvent(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendEvents is the body of every store's AppendEvents: the events in
+// order, returned as stored. It builds a fresh slice, so a transaction that
+// runs again starts over.
+func appendEvents(t Tx, events []Event) ([]Event, error) {
+	out := make([]Event, 0, len(events))
+	for _, e := range events {
+		stored, err := t.AppendEvent(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, stored)
+	}
+	return out, nil
+}
+
 func (t *tx) Offering(key string) (OfferingRecord, error) {
 	if err := t.check(false); err != nil {
 		return OfferingRecord{}, err
