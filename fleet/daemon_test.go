@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
@@ -31,34 +32,13 @@ func (s staticProviders) Get(ctx context.Context, name string) (providers.Provid
 }
 
 // memSpec is the fleet most daemon tests apply; tests derive variants by
-// replacing its lines, so memFleetSpec keeps them word for word.
+// replacing its lines, so spectest keeps them word for word.
 var memSpec = memFleetSpec("train", 2, 3, "200ms", "20s", "60s")
 
 // memFleetSpec is one fleet on the mem provider with the size and
 // rendezvous timers a test needs.
 func memFleetSpec(name string, minNodes, maxNodes int, lastCall, heartbeat, deadAfter string) string {
-	return fmt.Sprintf(`
-fleet %q {
-  min_nodes = %d
-  max_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-  rendezvous {
-    last_call  = %q
-    heartbeat  = %q
-    dead_after = %q
-  }
-}
-`, name, minNodes, maxNodes, lastCall, heartbeat, deadAfter)
+	return spectest.Fleet{Name: name, Min: minNodes, Max: maxNodes, LastCall: lastCall, Heartbeat: heartbeat, DeadAfter: deadAfter}.HCL()
 }
 
 type testDaemon struct {

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/reconcile"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -96,34 +96,8 @@ func TestApplyUnknownProject(t *testing.T) {
 // projectSpec is a 1-GPU fleet of the mem provider in project (none when
 // ""), at desired nodes within [minN, 4], draining in 1s.
 func projectSpec(name, project string, minN, desired int) string {
-	line := ""
-	if project != "" {
-		line = fmt.Sprintf("\n  project       = %q", project)
-	}
-	return fmt.Sprintf(`
-fleet %q {%s
-  min_nodes     = %d
-  max_nodes     = 4
-  desired_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command     = ["python3", "train.py"]
-    drain_grace = "1s"
-  }
-  rendezvous {
-    last_call  = "200ms"
-    heartbeat  = "20s"
-    dead_after = "60s"
-  }
-}
-`, name, line, minN, desired)
+	return spectest.Fleet{Name: name, Project: project, Min: minN, Max: 4, Desired: desired, DrainGrace: "1s",
+		LastCall: "200ms", Heartbeat: "20s", DeadAfter: "60s"}.HCL()
 }
 
 // running counts a fleet's running nodes, joining its booting ones to the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -28,24 +29,7 @@ func BenchmarkPassConverged(b *testing.B) {
 	}
 	defer st.Close()
 	mem := providertest.NewMemProvider()
-	src := fmt.Sprintf(`
-fleet "big" {
-  min_nodes     = 1
-  max_nodes     = %d
-  desired_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-}
-`, n, n)
+	src := spectest.Fleet{Name: "big", Min: 1, Max: n, Desired: n}.HCL()
 	var f state.Fleet
 	if err := st.Update(ctx, func(tx state.Tx) error {
 		f, err = tx.PutFleet(state.Fleet{Name: "big", Filename: "big.hcl", Source: []byte(src)})

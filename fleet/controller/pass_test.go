@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/autoscale"
 	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/fleet/state/statetest"
 	"github.com/fleetd/fleetd/interruption"
@@ -16,23 +17,7 @@ import (
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
-const passSpec = `
-fleet "train" {
-  min_nodes = 2
-  max_nodes = 3
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-}
-`
+var passSpec = spectest.Fleet{Name: "train", Min: 2, Max: 3}.HCL()
 
 // The controller's handles, as small as the interfaces: the in-memory
 // provider, a spec parser, a counting recorder and a fixed user-data.

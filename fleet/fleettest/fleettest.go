@@ -11,11 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -72,25 +71,5 @@ func Start(ctx context.Context, o Options) (d *fleet.Daemon, stop func(), err er
 
 // Spec is one fleet of n nodes on the mem provider running command.
 func Spec(name string, n int, command ...string) string {
-	quoted := make([]string, len(command))
-	for i, c := range command {
-		quoted[i] = strconv.Quote(c)
-	}
-	return fmt.Sprintf(`
-fleet %q {
-  min_nodes = %d
-  max_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = [%s]
-  }
-}
-`, name, n, n, strings.Join(quoted, ", "))
+	return spectest.Fleet{Name: name, Min: n, Max: n, Command: command}.HCL()
 }
