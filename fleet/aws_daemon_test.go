@@ -68,23 +68,8 @@ fleet "v100" {
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: spec}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if t.Failed() {
-			evs, _ := td.client.Events(context.Background(), 0, 0, 0)
-			for _, e := range evs.Events {
-				t.Logf("%d %s %s %s", e.Seq, e.Type, e.Node, e.Message)
-			}
-		}
-	}()
-	waitFor(t, "2 booting nodes in us-east-1b", 20*time.Second, func() bool {
-		n := 0
-		for _, x := range td.nodes(t, "v100") {
-			if x.State == state.NodeBooting && x.Offering.Zone == "us-east-1b" {
-				n++
-			}
-		}
-		return n == 2
-	})
+	td.logEventsIfFailed(t)
+	td.waitBootingIn(t, "v100", "us-east-1b", 2)
 	if live := len(ec2.Live()); live != 2 {
 		t.Fatalf("%d live EC2 instances, want 2", live)
 	}
@@ -106,12 +91,7 @@ fleet "v100" {
 
 	// EventBridge → SQS: a spot interruption warning for one instance, plus
 	// one for an instance fleetd does not manage (ignored and deleted).
-	var victim state.Node
-	for _, x := range td.nodes(t, "v100") {
-		if x.State == state.NodeRunning {
-			victim = x
-		}
-	}
+	victim := td.lastRunning(t, "v100")
 	for _, id := range []string{victim.InstanceID, "i-0123456789abcdef9"} {
 		body := strings.NewReplacer("INSTANCE", id, "EVID", "ev-"+id).Replace(`{"version":"0","id":"EVID","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"` +
 			time.Now().UTC().Format(time.RFC3339) + `","region":"us-east-1","resources":["arn:aws:ec2:us-east-1b:instance/INSTANCE"],"detail":{"instance-id":"INSTANCE","instance-action":"terminate"}}`)
@@ -132,14 +112,7 @@ fleet "v100" {
 		}
 		return draining && fresh >= 1
 	})
-	evs, _ := td.client.Events(ctx, 0, 0, 0)
-	found := false
-	for _, e := range evs.Events {
-		if e.Type == "notice" && e.Node == victim.ID && strings.Contains(e.Message, "aws-eventbridge") {
-			found = true
-		}
-	}
-	if !found {
+	if !td.noticeSays(victim.ID, "aws-eventbridge") {
 		t.Fatal("no notice event from the EventBridge source")
 	}
 }

@@ -25,14 +25,7 @@ func TestDaemonGCPStockoutAndPreemption(t *testing.T) {
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{gcpprov.Name: gcpprov.New(gcpprov.Options{PollInterval: 10 * time.Millisecond})}, nil,
 		Options{PollInterval: 200 * time.Millisecond})
 	ctx := context.Background()
-	defer func() {
-		if t.Failed() {
-			evs, _ := td.client.Events(context.Background(), 0, 0, 0)
-			for _, e := range evs.Events {
-				t.Logf("%d %s %s %s", e.Seq, e.Type, e.Node, e.Message)
-			}
-		}
-	}()
+	td.logEventsIfFailed(t)
 
 	spec := fmt.Sprintf(`
 fleet "l4" {
@@ -63,25 +56,12 @@ fleet "l4" {
 	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "l4.hcl", Source: spec}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "2 booting nodes in us-central1-b", 20*time.Second, func() bool {
-		n := 0
-		for _, x := range td.nodes(t, "l4") {
-			if x.State == state.NodeBooting && x.Offering.Zone == "us-central1-b" {
-				n++
-			}
-		}
-		return n == 2
-	})
+	td.waitBootingIn(t, "l4", "us-central1-b", 2)
 	joined := map[string]bool{}
 	td.joinAll(t, "l4", joined)
 	waitFor(t, "2 running", 10*time.Second, func() bool { return countState(td.nodes(t, "l4"), state.NodeRunning) == 2 })
 
-	var victim state.Node
-	for _, x := range td.nodes(t, "l4") {
-		if x.State == state.NodeRunning {
-			victim = x
-		}
-	}
+	victim := td.lastRunning(t, "l4")
 	zone, name, ok := strings.Cut(victim.InstanceID, "/")
 	if !ok {
 		t.Fatalf("instance id %q is not ZONE/NAME", victim.InstanceID)
@@ -101,14 +81,7 @@ fleet "l4" {
 		}
 		return draining && fresh >= 1
 	})
-	evs, _ := td.client.Events(ctx, 0, 0, 0)
-	found := false
-	for _, e := range evs.Events {
-		if e.Type == "notice" && e.Node == victim.ID && strings.Contains(e.Message, "preempted") {
-			found = true
-		}
-	}
-	if !found {
+	if !td.noticeSays(victim.ID, "preempted") {
 		t.Fatal("no preempted notice for the victim")
 	}
 }

@@ -56,14 +56,7 @@ func TestHeartbeatLossBecomesLostNotice(t *testing.T) {
 		}
 		return false
 	})
-	evs, _ := td.client.Events(ctx, 0, 0, 0)
-	found := false
-	for _, e := range evs.Events {
-		if e.Type == "notice" && e.Node == silent && strings.Contains(e.Message, "heartbeat") {
-			found = true
-		}
-	}
-	if !found {
+	if !td.noticeSays(silent, "heartbeat") {
 		t.Fatal("no lost notice from the heartbeat source")
 	}
 	// The survivors were never declared lost.
