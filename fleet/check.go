@@ -206,12 +206,7 @@ func (d *checker) checkHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	file, err := d.parse(req.ApplyRequest)
 	if err != nil {
-		var se *api.SpecError
-		if errors.As(err, &se) {
-			api.WriteJSON(w, http.StatusUnprocessableEntity, api.Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
-			return
-		}
-		api.WriteError(w, http.StatusBadRequest, err)
+		api.WriteSpecError(w, err)
 		return
 	}
 	rep := d.preflight(r.Context(), file.Fleets, req.Quick)

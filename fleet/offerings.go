@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -133,12 +132,7 @@ func (d *Daemon) offeringsHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	file, err := d.parseRequest(req)
 	if err != nil {
-		var se *api.SpecError
-		if errors.As(err, &se) {
-			api.WriteJSON(w, http.StatusUnprocessableEntity, api.Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
-			return
-		}
-		api.WriteError(w, http.StatusBadRequest, err)
+		api.WriteSpecError(w, err)
 		return
 	}
 	records := map[string]state.OfferingRecord{}

@@ -229,6 +229,17 @@ func WriteError(w http.ResponseWriter, status int, err error) {
 	WriteJSON(w, status, Error{Error: err.Error()})
 }
 
+// WriteSpecError answers a request whose spec did not parse: 422 with the
+// diagnostics for a *SpecError, else 400.
+func WriteSpecError(w http.ResponseWriter, err error) {
+	var se *SpecError
+	if errors.As(err, &se) {
+		WriteJSON(w, http.StatusUnprocessableEntity, Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
+		return
+	}
+	WriteError(w, http.StatusBadRequest, err)
+}
+
 // WriteFailure answers a failed agent or operator call: 404 when the state
 // does not hold what it names, else 500, logged.
 func WriteFailure(w http.ResponseWriter, log *slog.Logger, err error) {
@@ -274,7 +285,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &pe):
 		WriteJSON(w, http.StatusPreconditionFailed, Error{Error: pe.Error(), Preflight: &pe.Report})
 	case errors.As(err, &se):
-		WriteJSON(w, http.StatusUnprocessableEntity, Error{Error: se.Error(), Diagnostics: se.Diagnostics, Rendered: se.Rendered})
+		WriteSpecError(w, se)
 	case errors.Is(err, state.ErrNotFound):
 		WriteError(w, http.StatusNotFound, err)
 	case providers.IsAuth(err):
