@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
@@ -65,9 +64,7 @@ fleet "v100" {
     dead_after = "60s"
   }
 }`, ec2srv.URL, sqssrv.URL)
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "v100.hcl", Source: spec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "v100.hcl", spec)
 	td.logEventsIfFailed(t)
 	td.waitBootingIn(t, "v100", "us-east-1b", 2)
 	if live := len(ec2.Live()); live != 2 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/fleet/stats"
@@ -63,9 +62,7 @@ func TestLaunchCapacityEventSaysUnavailable(t *testing.T) {
 	})
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		evs, err := td.store.Events(ctx, 0, 10000)

@@ -70,9 +70,7 @@ func TestCheckpointNodeAPI(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: src}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", src)
 	waitFor(t, "nodes", 10*time.Second, func() bool { return len(td.nodes(t, "train")) > 0 && len(td.nodes(t, "local")) > 0 })
 	node := td.nodes(t, "train")[0].ID
 

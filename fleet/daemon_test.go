@@ -89,6 +89,14 @@ func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *
 		}
 		return providers.ConfigSchema{}, false
 	}
+	return runTestDaemon(t, opts, mem)
+}
+
+// runTestDaemon runs the daemon opts make (its Config finished) on its
+// listener until cleanup, with a client holding the admin token (and
+// pinning the daemon's CA when it serves TLS).
+func runTestDaemon(t *testing.T, opts Options, mem *providertest.MemProvider) *testDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := New(ctx, opts)
 	if err != nil {
@@ -102,12 +110,23 @@ func launchTestDaemon(t *testing.T, dataDir string, provs staticProviders, mem *
 	}
 	td := &testDaemon{Daemon: d, mem: mem, cancel: cancel, done: make(chan error, 1)}
 	go func() { td.done <- d.Run(ctx) }()
-	td.client, err = api.NewClient(d.URL(), api.ClientOptions{Token: d.Token()})
-	if err != nil {
+	t.Cleanup(td.stop)
+	copts := api.ClientOptions{Token: d.Token()}
+	if d.CA() != nil {
+		copts.CAFingerprint = d.CA().Fingerprint
+	}
+	if td.client, err = api.NewClient(d.URL(), copts); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(td.stop)
 	return td
+}
+
+// apply applies src as filename, failing the test on an error.
+func (td *testDaemon) apply(ctx context.Context, t *testing.T, filename, src string) {
+	t.Helper()
+	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: filename, Source: src}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (td *testDaemon) stop() {
@@ -123,15 +142,7 @@ func (td *testDaemon) stop() {
 // agentCall makes an agent API call with the node's own token.
 func (td *testDaemon) agentCall(t *testing.T, fleet, node, op string, body any) int {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", td.URL()+"/v1/agent/"+fleet+"/"+node+"/"+op, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+td.NodeToken(fleet, node))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return td.nodePost(t, fleet, node, op, body, nil)
 }
 
 func (td *testDaemon) nodes(t *testing.T, fleet string) []state.Node {
@@ -192,9 +203,7 @@ func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	if mem.Live() != 3 {
 		t.Fatalf("live instances = %d, want 3", mem.Live())
@@ -255,9 +264,7 @@ func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 func TestDaemonNodeTokenScope(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := startTestDaemon(t, t.TempDir(), mem)
-	if _, err := td.client.Apply(context.Background(), api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(context.Background(), t, "train.hcl", memSpec)
 	waitFor(t, "nodes", 10*time.Second, func() bool { return len(td.nodes(t, "train")) >= 2 })
 	ns := td.nodes(t, "train")
 	a, b := ns[0].ID, ns[1].ID

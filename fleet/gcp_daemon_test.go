@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	gcpprov "github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
@@ -53,9 +52,7 @@ fleet "l4" {
     dead_after = "60s"
   }
 }`, fake.Project(), fake.URL)
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "l4.hcl", Source: spec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "l4.hcl", spec)
 	td.waitBootingIn(t, "l4", "us-central1-b", 2)
 	joined := map[string]bool{}
 	td.joinAll(t, "l4", joined)

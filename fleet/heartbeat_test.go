@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -24,9 +23,7 @@ func TestHeartbeatLossBecomesLostNotice(t *testing.T) {
 	spec := strings.Replace(strings.Replace(memSpec, `heartbeat  = "20s"`, `heartbeat  = "500ms"`, 1), `dead_after = "60s"`, `dead_after = "1500ms"`, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: spec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", spec)
 	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	joined := map[string]bool{}
 	td.joinAll(t, "train", joined)
@@ -76,9 +73,7 @@ func TestDroppedWatchChecksInstancesAtOnce(t *testing.T) {
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{Tick: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	td.joinAll(t, "train", map[string]bool{})
 	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
@@ -137,16 +132,12 @@ func TestDesiredNodesDecreaseActsAtOnce(t *testing.T) {
 		s := strings.Replace(memSpec, "min_nodes = 2", "min_nodes = 1", 1)
 		return strings.Replace(s, "max_nodes = 3", fmt.Sprintf("max_nodes = 3\n  desired_nodes = %d", n), 1)
 	}
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: withDesired(3)}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", withDesired(3))
 	joined := map[string]bool{}
 	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	td.joinAll(t, "train", joined)
 	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: withDesired(2)}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", withDesired(2))
 	waitFor(t, "a running node drained for desired_nodes = 2 (the scale-down cooldown is 5 min)", 15*time.Second, func() bool {
 		return countState(td.nodes(t, "train"), state.NodeRunning) == 2
 	})

@@ -193,9 +193,7 @@ func TestTwoDaemonsShareOneEC2Account(t *testing.T) {
 	for range 2 {
 		prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
 		td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: prov}, nil, Options{})
-		if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "demo.hcl", Source: spec}); err != nil {
-			t.Fatal(err)
-		}
+		td.apply(ctx, t, "demo.hcl", spec)
 		ds = append(ds, td)
 	}
 	if ds[0].DaemonID() == ds[1].DaemonID() {

@@ -72,9 +72,7 @@ func TestLoadAPIConcurrentClients(t *testing.T) {
 	prov := newOutageProvider()
 	td := startDaemonWith(t, t.TempDir(), prov, prov.MemProvider, reconcile.Params{})
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: outageSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", outageSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	td.joinAll(t, "train", map[string]bool{})
 	waitFor(t, "3 running nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
@@ -199,9 +197,7 @@ func TestLoadThousandAgentsHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	launchAt := time.Now()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "swarm.hcl", Source: swarmSpec(n)}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "swarm.hcl", swarmSpec(n))
 	var nodes []state.Node
 	waitFor(t, fmt.Sprintf("%d booting nodes", n), 2*time.Minute, func() bool {
 		nodes = td.nodes(t, "swarm")

@@ -28,9 +28,7 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 	}
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	var first controller.MarketHistory
 	waitFor(t, "the deployment's market history", 10*time.Second, func() bool {
 		first = readMarketHistory(t, td)
@@ -38,9 +36,7 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 	})
 
 	second := strings.Replace(memSpec, `fleet "train"`, `fleet "later"`, 1)
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "later.hcl", Source: second}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "later.hcl", second)
 	var rt controller.SavedRuntime
 	waitFor(t, "the later fleet's runtime", 10*time.Second, func() bool {
 		rt = readRuntime(t, td, "later")

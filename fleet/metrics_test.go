@@ -54,9 +54,7 @@ func runInterruptionScenario(t *testing.T) *interruptionScenario {
 	// A real HTTP client follows the SSE stream for the whole run.
 	go followStream(ctx, td, sc.streamed)
 
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	joined := map[string]bool{}
 	td.joinAll(t, "train", joined)
@@ -399,9 +397,7 @@ func TestSavingsAgainstOnDemand(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	st, err := td.client.Status(ctx)
 	if err != nil {

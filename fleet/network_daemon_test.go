@@ -76,9 +76,7 @@ fleet %q {
 }`, name, network, typ, ec2srv.URL)
 	}
 	for _, f := range []struct{ name, network, typ string }{{"h100", "fast", "p5.48xlarge"}, {"a100", "auto", "p4d.24xlarge"}} {
-		if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: f.name + ".hcl", Source: fleetSpec(f.name, f.network, f.typ)}); err != nil {
-			t.Fatal(err)
-		}
+		td.apply(ctx, t, f.name+".hcl", fleetSpec(f.name, f.network, f.typ))
 	}
 	waitFor(t, "4 instances", 20*time.Second, func() bool { return len(ec2.Live()) == 4 })
 	h100, err := td.client.Fleet(ctx, "h100")

@@ -48,9 +48,7 @@ func TestSpendTotalNeverGoesDown(t *testing.T) {
 	opts := Options{Params: reconcile.Params{ForgetAfter: 300 * time.Millisecond, VisibilityGrace: 100 * time.Millisecond}}
 	td := launchTestDaemon(t, dir, staticProviders{providertest.MemName: mem}, mem, opts)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 
 	last := 0.0
@@ -120,9 +118,7 @@ func TestBelowMinAndHeartbeatAge(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := startTestDaemon(t, t.TempDir(), mem)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	if v, _ := fleetValue(t, td, "fleetd_below_min_nodes", "train"); v != 1 {
 		t.Errorf("below min while all nodes boot = %v, want 1", v)

@@ -145,9 +145,7 @@ func TestProviderOutageNoDuplicateLaunches(t *testing.T) {
 	params := reconcile.Params{RelaunchAfter: 300 * time.Millisecond, TerminateRetry: time.Second}
 	td := startDaemonWith(t, dataDir, prov, prov.MemProvider, params)
 	ctx := context.Background()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: outageSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", outageSpec)
 	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	joined := map[string]bool{}
 	td.joinAll(t, "train", joined)

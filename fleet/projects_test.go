@@ -140,9 +140,7 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	}()
 	apply := func(name, project string, minN, desired int) {
 		t.Helper()
-		if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: name + ".hcl", Source: projectSpec(name, project, minN, desired)}); err != nil {
-			t.Fatal(err)
-		}
+		td.apply(ctx, t, name+".hcl", projectSpec(name, project, minN, desired))
 	}
 	ja, jb, jc := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	apply("alpha", "a", 2, 4)
@@ -275,9 +273,7 @@ func TestBudgetPauseAndResume(t *testing.T) {
 		return strings.Replace(projectSpec("delta", "default", 2, 2), "  node {", "  budget {\n    total = "+total+"\n  }\n  node {", 1)
 	}
 	// Two 1-GPU nodes cost about $0.4/h: $0.0001 is gone within a second.
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "delta.hcl", Source: withBudget("0.0001")}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "delta.hcl", withBudget("0.0001"))
 	joined := map[string]bool{}
 	waitFor(t, "delta paused with no live node", 30*time.Second, func() bool {
 		td.joinAll(t, "delta", joined)
@@ -303,9 +299,7 @@ func TestBudgetPauseAndResume(t *testing.T) {
 	}
 
 	// Resumed with its budget raised: it runs again.
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "delta.hcl", Source: withBudget("1000")}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "delta.hcl", withBudget("1000"))
 	if err := td.client.Resume(ctx, "delta"); err != nil {
 		var he *api.HTTPError
 		// The raised budget may have un-paused it first: then it is not paused.
@@ -326,9 +320,7 @@ func TestBudgetStop(t *testing.T) {
 	td := memDaemon(t)
 	ctx := context.Background()
 	src := strings.Replace(projectSpec("echo", "default", 2, 2), "  node {", "  budget {\n    total        = 0.0001\n    on_exhausted = \"stop\"\n  }\n  node {", 1)
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "echo.hcl", Source: src}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "echo.hcl", src)
 	joined := map[string]bool{}
 	var s api.FleetDetail
 	waitFor(t, "echo stopped", 30*time.Second, func() bool {

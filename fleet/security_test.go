@@ -113,34 +113,16 @@ func startSecDaemon(t *testing.T, dataDir string, withTLS bool) *secDaemon {
 	}
 	prov := newCaptureProvider()
 	logs := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := New(ctx, Options{Config: cfg, Version: "test",
+	td := runTestDaemon(t, Options{Config: cfg, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Schema: memSchema, Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if err := d.Listen(); err != nil {
-		cancel()
-		d.Close()
-		t.Fatal(err)
-	}
-	sd := &secDaemon{testDaemon: &testDaemon{Daemon: d, mem: prov.MemProvider, cancel: cancel, done: make(chan error, 1)},
-		prov: prov, logs: logs, httpc: &http.Client{Timeout: 30 * time.Second}}
-	go func() { sd.done <- d.Run(ctx) }()
-	t.Cleanup(sd.stop)
-	opts := api.ClientOptions{Token: d.Token()}
+		Schema: memSchema, Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond}, prov.MemProvider)
+	sd := &secDaemon{testDaemon: td, prov: prov, logs: logs, httpc: &http.Client{Timeout: 30 * time.Second}}
 	if withTLS {
-		opts.CAFingerprint = d.CA().Fingerprint
-		tc, err := api.ClientTLSConfig(nil, d.CA().Fingerprint)
+		tc, err := api.ClientTLSConfig(nil, td.CA().Fingerprint)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sd.httpc.Transport = &http.Transport{TLSClientConfig: tc}
-	}
-	if sd.client, err = api.NewClient(d.URL(), opts); err != nil {
-		t.Fatal(err)
 	}
 	return sd
 }

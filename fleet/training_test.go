@@ -76,9 +76,7 @@ func TestDaemonAutoscalerSizesByReports(t *testing.T) {
 	td := launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: mem}, mem, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := td.client.Apply(ctx, api.ApplyRequest{Filename: "train.hcl", Source: autoscaleSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(ctx, t, "train.hcl", autoscaleSpec)
 	joined := map[string]bool{}
 	waitFor(t, "4 booting nodes (max_nodes before any report)", 10*time.Second, func() bool {
 		td.joinAll(t, "train", joined)

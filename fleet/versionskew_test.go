@@ -23,9 +23,7 @@ import (
 func TestAgentVersionSkew(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{providertest.MemName: mem}, mem, Options{Version: "v1.4.2"})
-	if _, err := td.client.Apply(context.Background(), api.ApplyRequest{Filename: "train.hcl", Source: memSpec}); err != nil {
-		t.Fatal(err)
-	}
+	td.apply(context.Background(), t, "train.hcl", memSpec)
 	waitFor(t, "3 booting nodes", 15*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	nodes := td.nodes(t, "train")
 	register := func(node, version string) (int, string) {
