@@ -83,30 +83,17 @@ func TestEtcdTwoWriters(t *testing.T) {
 	opts := state.EtcdOptions{Prefix: prefix, MaxAttempts: 50}
 	stores := []*state.Etcd{openEtcd(t, cli, opts), openEtcd(t, cli, opts)}
 	const each = 50
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*each)
 	runs := make([]int, 2)
-	for i, s := range stores {
-		wg.Go(func() {
-			for j := range each {
-				errs <- s.Update(context.Background(), func(tx state.Tx) error {
-					runs[i]++
-					if err := incr(tx, "counter"); err != nil {
-						return err
-					}
-					_, err := tx.AppendEvent(state.Event{Type: "incr", Message: fmt.Sprintf("%d/%d", i, j)})
-					return err
-				})
+	statetest.Concurrently(t, len(stores), each, func(i, j int) error {
+		return stores[i].Update(context.Background(), func(tx state.Tx) error {
+			runs[i]++
+			if err := incr(tx, "counter"); err != nil {
+				return err
 			}
+			_, err := tx.AppendEvent(state.Event{Type: "incr", Message: fmt.Sprintf("%d/%d", i, j)})
+			return err
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	if got := metaInt(t, stores[0], "counter"); got != 2*each {
 		t.Errorf("counter = %d after 2×%d increments; want %d", got, each, 2*each)
 	}

@@ -864,6 +864,28 @@ func testReadYourWrites(t *testing.T, s state.Store, _ *Clock) {
 	})
 }
 
+// Concurrently runs fn(w, i) for every i < each in each of workers
+// goroutines, and fails t on the first error once all are done.
+func Concurrently(t testing.TB, workers, each int, fn func(w, i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- fn(w, i)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // checkGapFree asserts the log holds exactly seqs 1..n in order.
 func checkGapFree(t *testing.T, s state.Store, n int) []state.Event {
 	t.Helper()
@@ -876,25 +898,12 @@ func checkGapFree(t *testing.T, s state.Store, n int) []state.Event {
 
 func testConcurrentUpdates(t *testing.T, s state.Store, _ *Clock) {
 	const workers, each = 8, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				errs <- s.Update(context.Background(), func(tx state.Tx) error {
-					_, err := tx.AppendEvent(state.Event{Type: "c", Message: fmt.Sprintf("%d/%d", w, i)})
-					return err
-				})
-			}
+	Concurrently(t, workers, each, func(w, i int) error {
+		return s.Update(context.Background(), func(tx state.Tx) error {
+			_, err := tx.AppendEvent(state.Event{Type: "c", Message: fmt.Sprintf("%d/%d", w, i)})
+			return err
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	seen := map[string]bool{}
 	for _, e := range checkGapFree(t, s, workers*each) {
 		if seen[e.Message] {
