@@ -254,20 +254,26 @@ func specSeeds(f *testing.F) {
 
 // FuzzPlanRequest: POST /v1/plan never changes anything, valid or not.
 func FuzzPlanRequest(f *testing.F) {
+	fuzzSpecPost(f, "/v1/plan", true, nil)
+}
+
+// fuzzSpecPost fuzzes POST path with spec request bodies as the admin;
+// read says it must change nothing; also checks each answer further.
+func fuzzSpecPost(f *testing.F, path string, read bool, also func(*testing.T, *httptest.ResponseRecorder)) {
 	specSeeds(f)
 	fd := newFuzzDaemon(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fd.check(t, "POST", "/v1/plan", "Bearer "+fd.Token(), body, true)
+		rec := fd.check(t, "POST", path, "Bearer "+fd.Token(), body, read)
+		if also != nil {
+			also(t, rec)
+		}
 	})
 }
 
 // FuzzApplyRequest: POST /v1/fleets either applies a valid spec or refuses
 // with a clear error and changes nothing.
 func FuzzApplyRequest(f *testing.F) {
-	specSeeds(f)
-	fd := newFuzzDaemon(f)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := fd.check(t, "POST", "/v1/fleets", "Bearer "+fd.Token(), body, false)
+	fuzzSpecPost(f, "/v1/fleets", false, func(t *testing.T, rec *httptest.ResponseRecorder) {
 		if rec.Code == http.StatusUnprocessableEntity {
 			var e api.Error
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || len(e.Diagnostics) == 0 {
@@ -284,11 +290,7 @@ func FuzzApplyRequest(f *testing.F) {
 
 // FuzzOfferingsRequest: POST /v1/offerings is a read.
 func FuzzOfferingsRequest(f *testing.F) {
-	specSeeds(f)
-	fd := newFuzzDaemon(f)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		fd.check(t, "POST", "/v1/offerings", "Bearer "+fd.Token(), body, true)
-	})
+	fuzzSpecPost(f, "/v1/offerings", true, nil)
 }
 
 // FuzzAgentRequest: the agent routes with the node's own token, for the
