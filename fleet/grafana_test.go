@@ -76,26 +76,35 @@ func metricsIn(expr string) []string {
 	return out
 }
 
-func TestGrafanaDashboardUsesExportedSeries(t *testing.T) {
+// grafanaDashboard is what the tests read of configs/grafana-dashboard.json.
+type grafanaDashboard struct {
+	SchemaVersion int              `json:"schemaVersion"`
+	UID           string           `json:"uid"`
+	Title         string           `json:"title"`
+	Panels        []map[string]any `json:"panels"`
+	Templating    struct {
+		List []map[string]any `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []map[string]any `json:"list"`
+	} `json:"annotations"`
+}
+
+func readDashboard(t *testing.T) grafanaDashboard {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "configs", "grafana-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		SchemaVersion int              `json:"schemaVersion"`
-		UID           string           `json:"uid"`
-		Title         string           `json:"title"`
-		Panels        []map[string]any `json:"panels"`
-		Templating    struct {
-			List []map[string]any `json:"list"`
-		} `json:"templating"`
-		Annotations struct {
-			List []map[string]any `json:"list"`
-		} `json:"annotations"`
-	}
+	var dash grafanaDashboard
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("not valid JSON: %v", err)
 	}
+	return dash
+}
+
+func TestGrafanaDashboardUsesExportedSeries(t *testing.T) {
+	dash := readDashboard(t)
 	if dash.SchemaVersion < 36 || dash.UID == "" || dash.Title == "" {
 		t.Fatalf("schemaVersion %d, uid %q, title %q", dash.SchemaVersion, dash.UID, dash.Title)
 	}

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,22 +102,7 @@ func TestPrometheusAlertRules(t *testing.T) {
 // on the job variable, so one dashboard serves several fleetd daemons (or
 // an HA pair) scraped by one Prometheus.
 func TestGrafanaPanelsFilterOnJob(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "configs", "grafana-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels      []map[string]any `json:"panels"`
-		Annotations struct {
-			List []map[string]any `json:"list"`
-		} `json:"annotations"`
-		Templating struct {
-			List []map[string]any `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 	hasJobVar := false
 	var exprs []string
 	for _, v := range dash.Templating.List {
