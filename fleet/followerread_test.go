@@ -3,17 +3,14 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/cluster"
-	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -27,33 +24,15 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	peer, client := loopbackURL(t), loopbackURL(t)
-	mem := providertest.NewMemProvider()
-	schema := func(name string) (providers.ConfigSchema, bool) {
-		return providertest.MemSchema, name == providertest.MemName
-	}
-	mk := func(cl *cluster.Config) *Daemon {
-		dir := t.TempDir()
-		cfg := DefaultConfig()
-		cfg.Listen, cfg.DataDir, cfg.TokenFile, cfg.Cluster = "127.0.0.1:0", dir, filepath.Join(dir, "token"), cl
-		if err := cfg.Finish(); err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.DiscardHandler),
-			Schema: schema, Providers: staticProviders{providertest.MemName: mem}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
+	solo, client := soloCluster(t)
+	opts := Options{Schema: memSchema, Providers: staticProviders{providertest.MemName: providertest.NewMemProvider()}}
 	// Neither server campaigns (they are not Run): no leader exists. The
 	// apply happens before any campaign, as a server's bootstrap writes do.
-	a := mk(&cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}})
+	a := newClusterServer(ctx, t, "a", t.TempDir(), solo, false, opts)
 	if _, err := a.Apply(ctx, api.ApplyRequest{Filename: "mem.hcl", Source: memSpec}); err != nil {
 		t.Fatal(err)
 	}
-	b := mk(&cluster.Config{Name: "b", Etcd: &cluster.EtcdConfig{Endpoints: []string{client}}})
+	b := newClusterServer(ctx, t, "b", t.TempDir(), &cluster.Config{Name: "b", Etcd: &cluster.EtcdConfig{Endpoints: []string{client}}}, false, opts)
 	// b runs but has not won (what lead() sets up before campaigning).
 	b.cl.elector = cluster.NewElector(b.cl.cli, b.cl.cfg.Prefix, b.cl.cfg.TTL(), cluster.Server{Name: "b"})
 	b.cl.campaigning.Store(true)

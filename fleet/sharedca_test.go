@@ -26,6 +26,36 @@ func loopbackURL(t *testing.T) string {
 	return "http://" + ln.Addr().String()
 }
 
+// soloCluster is the config of server "a", which starts a one-member
+// embedded etcd cluster on loopback, and the client URL other servers
+// join it by.
+func soloCluster(t *testing.T) (a *cluster.Config, client string) {
+	peer, client := loopbackURL(t), loopbackURL(t)
+	return &cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}}, client
+}
+
+// newClusterServer makes (but does not run) cluster server name on the
+// data dir dir, closed at cleanup; withTLS generates its certificates.
+// opts give the providers and their schema.
+func newClusterServer(ctx context.Context, t *testing.T, name, dir string, cl *cluster.Config, withTLS bool, opts Options) *Daemon {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.TokenFile, cfg.Cluster = "127.0.0.1:0", dir, filepath.Join(dir, "token"), cl
+	if withTLS {
+		cfg.TLS = &TLSConfig{}
+	}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Config, opts.Version, opts.Logger = cfg, "test", slog.New(slog.DiscardHandler)
+	d, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("server %s: %v", name, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // TestClusterSharesOneCA: two servers of a cluster with tls {} (generated
 // certificates) issue their server certificates from one CA, so an agent
 // or CLI that pins it reaches either server. The second server adopts the
@@ -36,25 +66,9 @@ func TestClusterSharesOneCA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	peer, client := loopbackURL(t), loopbackURL(t)
-	mk := func(name string, cl *cluster.Config) (*Daemon, string) {
-		dir := t.TempDir()
-		cfg := DefaultConfig()
-		cfg.Listen, cfg.DataDir = "127.0.0.1:0", dir
-		cfg.TokenFile = filepath.Join(dir, "token")
-		cfg.TLS = &TLSConfig{}
-		cfg.Cluster = cl
-		if err := cfg.Finish(); err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(ctx, Options{Config: cfg, Version: "test", Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatalf("server %s: %v", name, err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d, dir
-	}
-	a, dirA := mk("a", &cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}})
+	solo, client := soloCluster(t)
+	dirA := t.TempDir()
+	a := newClusterServer(ctx, t, "a", dirA, solo, true, Options{})
 	// b had a CA of its own from an earlier single-server life.
 	dirB := t.TempDir()
 	own, err := loadOrCreateCA(dirB)
@@ -64,17 +78,7 @@ func TestClusterSharesOneCA(t *testing.T) {
 	if own.Fingerprint == a.CA().Fingerprint {
 		t.Fatal("two fresh CAs with one fingerprint")
 	}
-	cfgB := DefaultConfig()
-	cfgB.Listen, cfgB.DataDir, cfgB.TokenFile, cfgB.TLS = "127.0.0.1:0", dirB, filepath.Join(dirB, "token"), &TLSConfig{}
-	cfgB.Cluster = &cluster.Config{Name: "b", Etcd: &cluster.EtcdConfig{Endpoints: []string{client}}}
-	if err := cfgB.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(ctx, Options{Config: cfgB, Version: "test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("server b: %v", err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := newClusterServer(ctx, t, "b", dirB, &cluster.Config{Name: "b", Etcd: &cluster.EtcdConfig{Endpoints: []string{client}}}, true, Options{})
 
 	if a.CA().Fingerprint != b.CA().Fingerprint {
 		t.Fatalf("servers pin different CAs: %s and %s", a.CA().Fingerprint, b.CA().Fingerprint)
