@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
-	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
 // otherArch is the architecture this test binary, serving its own as a
@@ -50,10 +48,7 @@ func TestAgentBinaryPerArch(t *testing.T) {
 	// The daemon (this test binary) serves its own architecture; the
 	// fleet asks for the other one.
 	other, otherType, hostType := otherArch(t)
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
+	_, ec2srv := fakeEC2(t, "us-east-1a")
 	spec := func(types string) api.ApplyRequest {
 		return api.ApplyRequest{Filename: "t4.hcl", Source: awsFleetSpec("t4", 1, 1, 1, types, ec2srv.URL)}
 	}
@@ -164,10 +159,7 @@ func TestAgentBinaryPerArch(t *testing.T) {
 // preflight apply runs has none.
 func TestCheckAgentBinaryRows(t *testing.T) {
 	other, otherType, hostType := otherArch(t)
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
+	_, ec2srv := fakeEC2(t, "us-east-1a")
 	req := func(types string, quick bool) api.CheckRequest {
 		return api.CheckRequest{Quick: quick, ApplyRequest: api.ApplyRequest{Filename: "t4.hcl", Source: awsFleetSpec("t4", 1, 1, 1, types, ec2srv.URL)}}
 	}

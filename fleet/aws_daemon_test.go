@@ -10,7 +10,6 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/state"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
-	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 	"github.com/fleetd/fleetd/providers/aws/fakesqs"
 )
 
@@ -20,11 +19,8 @@ import (
 // EventBridge spot interruption warning arrives through SQS and the node
 // is drained and replaced.
 func TestDaemonAWSCapacityFailoverAndSQSNotice(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2, ec2srv := fakeEC2(t, "us-east-1a", "us-east-1b")
 	ec2.SetCapacity("us-east-1a", "p3.2xlarge", 0)
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
 	sqs := fakesqs.New(fakesqs.Options{})
 	sqs.CreateQueue("fleetd-interruptions")
 	sqssrv := httptest.NewServer(sqs)

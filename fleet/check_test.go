@@ -29,17 +29,25 @@ func awsTestEnv(t *testing.T) {
 	}
 }
 
+// fakeEC2 sets the AWS test environment and serves a fake EC2 account
+// with the given us-east-1 zones until cleanup.
+func fakeEC2(t *testing.T, zones ...string) (*fakeec2.Server, *httptest.Server) {
+	t.Helper()
+	awsTestEnv(t)
+	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": zones}})
+	srv := httptest.NewServer(ec2)
+	t.Cleanup(srv.Close)
+	return ec2, srv
+}
+
 // TestApplyPreflight: apply runs the quick preflight first and refuses,
 // with the same rows `fleetd check` prints, when the image is missing or
 // launching is denied; nothing is stored and nothing launched. -skip-check
 // goes ahead; POST /v1/check reports without launching.
 func TestApplyPreflight(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2, ec2srv := fakeEC2(t, "us-east-1a", "us-east-1b")
 	ec2.RemoveImage("us-east-1", "ami-0badbadbadbadbad0")
 	ec2.AddSubnet("subnet-0aaa1111", "us-east-1a")
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
 	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2})
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: prov}, nil, Options{})
 	ctx := context.Background()
@@ -119,12 +127,9 @@ fleet "v100" {
 // price for the type, carries the spot placement scores, and says why when
 // scores are missing or a provider offers nothing.
 func TestOfferingsViewWithoutSpotPrice(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
+	ec2, ec2srv := fakeEC2(t, "us-east-1a", "us-east-1b")
 	ec2.RemoveSpotPrices("us-east-1a", "p4d.24xlarge")
 	ec2.SetPlacementScore("us-east-1b", "p4d.24xlarge", 4)
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil, Options{})
 	spec := func(types string) string {
 		return awsFleetSpec("big", 1, 2, 8, types, ec2srv.URL)

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
-	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 	gcpprov "github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
 )
@@ -22,10 +20,7 @@ import (
 // its S3 us-east-1 dataset is declared: the cheaper GCP zone wins alone
 // and loses once reading the data across clouds is priced.
 func TestPlanDataAcrossClouds(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
+	_, ec2srv := fakeEC2(t, "us-east-1a")
 	gce := fakegce.New(fakegce.Options{})
 	defer gce.Close()
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
-	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -183,10 +181,7 @@ fleet "demo" {
 // Each launches its own instances, neither adopts, drains or deletes the
 // other's, and destroying one fleet leaves the other's running.
 func TestTwoDaemonsShareOneEC2Account(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}}})
-	srv := httptest.NewServer(ec2)
-	defer srv.Close()
+	ec2, srv := fakeEC2(t, "us-east-1a", "us-east-1b")
 	ctx := context.Background()
 	spec := fmt.Sprintf(demoAWSSpec, srv.URL)
 	var ds []*testDaemon

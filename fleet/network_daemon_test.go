@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/state"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
-	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
 // TestDaemonAWSFastNetwork runs the daemon with the real AWS provider
@@ -22,12 +20,9 @@ import (
 // row for capacity launches without a group and says so in its events;
 // destroying the fleets deletes the group.
 func TestDaemonAWSFastNetwork(t *testing.T) {
-	awsTestEnv(t)
-	ec2 := fakeec2.New(fakeec2.Options{Regions: map[string][]string{"us-east-1": {"us-east-1a"}}})
+	ec2, ec2srv := fakeEC2(t, "us-east-1a")
 	ec2.AddSubnet("subnet-0aaa1111", "us-east-1a")
 	ec2.AllowSelf("us-east-1", "sg-0123456789abcdef0")
-	ec2srv := httptest.NewServer(ec2)
-	defer ec2srv.Close()
 	prov := awsprov.New(awsprov.Options{RetryMaxAttempts: 2, RetryMaxBackoff: 10 * time.Millisecond})
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: prov}, nil, Options{})
 	ctx := context.Background()
