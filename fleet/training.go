@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -10,21 +11,11 @@ import (
 
 // mergeAutoscale takes a's fields, b's where a's are zero.
 func mergeAutoscale(a, b autoscale.Params) autoscale.Params {
-	if a.MeasureFor == 0 {
-		a.MeasureFor = b.MeasureFor
-	}
-	if a.MinInterval == 0 {
-		a.MinInterval = b.MinInterval
-	}
-	if a.MarginalEfficiency == 0 {
-		a.MarginalEfficiency = b.MarginalEfficiency
-	}
-	if a.Hysteresis == 0 {
-		a.Hysteresis = b.Hysteresis
-	}
-	if a.NoReportsAfter == 0 {
-		a.NoReportsAfter = b.NoReportsAfter
-	}
+	a.MeasureFor = cmp.Or(a.MeasureFor, b.MeasureFor)
+	a.MinInterval = cmp.Or(a.MinInterval, b.MinInterval)
+	a.MarginalEfficiency = cmp.Or(a.MarginalEfficiency, b.MarginalEfficiency)
+	a.Hysteresis = cmp.Or(a.Hysteresis, b.Hysteresis)
+	a.NoReportsAfter = cmp.Or(a.NoReportsAfter, b.NoReportsAfter)
 	return a
 }
 
