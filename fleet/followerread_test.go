@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -19,12 +18,7 @@ import (
 // from etcd itself, marked as a follower read and naming no leader;
 // writes and everything else still wait for a leader (503).
 func TestFollowerReadsWithoutLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an etcd member")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	solo, client := soloCluster(t)
+	ctx, solo, client := soloCluster(t)
 	opts := Options{Schema: memSchema, Providers: staticProviders{providertest.MemName: providertest.NewMemProvider()}}
 	// Neither server campaigns (they are not Run): no leader exists. The
 	// apply happens before any campaign, as a server's bootstrap writes do.

@@ -26,12 +26,19 @@ func loopbackURL(t *testing.T) string {
 	return "http://" + ln.Addr().String()
 }
 
-// soloCluster is the config of server "a", which starts a one-member
+// soloCluster starts a cluster test (skipped with -short): the test's
+// context (60 s), the config of server "a", which starts a one-member
 // embedded etcd cluster on loopback, and the client URL other servers
 // join it by.
-func soloCluster(t *testing.T) (a *cluster.Config, client string) {
+func soloCluster(t *testing.T) (ctx context.Context, a *cluster.Config, client string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
 	peer, client := loopbackURL(t), loopbackURL(t)
-	return &cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}}, client
+	return ctx, &cluster.Config{Embedded: &cluster.EmbeddedConfig{Name: "a", ListenPeer: peer, ListenClient: client, InitialCluster: map[string]string{"a": peer}}}, client
 }
 
 // newClusterServer makes (but does not run) cluster server name on the
@@ -61,12 +68,7 @@ func newClusterServer(ctx context.Context, t *testing.T, name, dir string, cl *c
 // or CLI that pins it reaches either server. The second server adopts the
 // first's CA although it had its own in its data dir.
 func TestClusterSharesOneCA(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an etcd member")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	solo, client := soloCluster(t)
+	ctx, solo, client := soloCluster(t)
 	dirA := t.TempDir()
 	a := newClusterServer(ctx, t, "a", dirA, solo, true, Options{})
 	// b had a CA of its own from an earlier single-server life.
