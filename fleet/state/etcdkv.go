@@ -325,51 +325,22 @@ func (k *etcdKV) scan(b bucketRef, start string, fn func(string, []byte) (bool, 
 			return err
 		}
 	}
-	keys = keys[sortSearch(keys, from):]
-	var over []string
+	var puts map[string][]byte
 	if p != nil {
-		for key := range p.puts {
-			if key >= from {
-				over = append(over, key)
-			}
-		}
-		slices.Sort(over)
+		puts = p.puts
 	}
-	// Merge the snapshot's keys with the buffered changes; a buffered
-	// entry shadows the snapshot's.
-	i, j := 0, 0
-	for i < len(keys) || j < len(over) {
-		var key string
-		var v []byte
-		switch {
-		case j == len(over) || (i < len(keys) && keys[i] < over[j]):
-			key, v = keys[i], k.read[keys[i]]
-			i++
-		default:
-			if i < len(keys) && keys[i] == over[j] {
-				i++
-			}
-			key, v = over[j], p.puts[over[j]]
-			j++
-			if v == nil {
-				continue
-			}
-		}
-		dk, err := decodeKey(b, key[len(bp):])
-		if err != nil {
-			return err
-		}
-		more, err := fn(dk, v)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return mergeScan(keys, k.read, puts, from, func(key string, v []byte) (bool, error) {
+		return visit(b, bp, key, v, fn)
+	})
 }
 
-func sortSearch(keys []string, from string) int {
-	i, _ := slices.BinarySearch(keys, from)
-	return i
+// visit hands fn the entry of bucket b (prefix bp) at the etcd key key.
+func visit(b bucketRef, bp, key string, v []byte, fn func(string, []byte) (bool, error)) (bool, error) {
+	dk, err := decodeKey(b, key[len(bp):])
+	if err != nil {
+		return false, err
+	}
+	return fn(dk, v)
 }
 
 // stream calls fn for the bucket's keys ≥ from, one page at a time, so a
@@ -394,12 +365,7 @@ func (k *etcdKV) stream(b bucketRef, bp, from string, fromStart bool, fn func(st
 			if fromStart {
 				seen = append(seen, key)
 			}
-			dk, err := decodeKey(b, key[len(bp):])
-			if err != nil {
-				return err
-			}
-			more, err := fn(dk, v)
-			if err != nil || !more {
+			if more, err := visit(b, bp, key, v, fn); err != nil || !more {
 				return err
 			}
 		}

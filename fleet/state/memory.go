@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 )
@@ -167,47 +166,15 @@ func (k *memKV) del(b bucketRef, key string) error {
 
 func (k *memKV) scan(b bucketRef, start string, fn func(string, []byte) (bool, error)) error {
 	name := bucketName(b)
-	var baseKeys []string
-	mb := k.base(name)
-	if mb != nil {
-		baseKeys = mb.keys[sort.SearchStrings(mb.keys, start):]
+	var keys []string
+	var vals, puts map[string][]byte
+	if mb := k.base(name); mb != nil {
+		keys, vals = mb.keys, mb.vals
 	}
-	var over []string
-	p := k.pending[name]
-	if p != nil {
-		for key := range p.puts {
-			if key >= start {
-				over = append(over, key)
-			}
-		}
-		slices.Sort(over)
+	if p := k.pending[name]; p != nil {
+		puts = p.puts
 	}
-	// Merge the committed keys with this transaction's changes; a pending
-	// entry shadows the committed one.
-	i, j := 0, 0
-	for i < len(baseKeys) || j < len(over) {
-		var key string
-		var v []byte
-		switch {
-		case j == len(over) || (i < len(baseKeys) && baseKeys[i] < over[j]):
-			key, v = baseKeys[i], mb.vals[baseKeys[i]]
-			i++
-		default:
-			if i < len(baseKeys) && baseKeys[i] == over[j] {
-				i++
-			}
-			key, v = over[j], p.puts[over[j]]
-			j++
-			if v == nil {
-				continue
-			}
-		}
-		more, err := fn(key, v)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return mergeScan(keys, vals, puts, start, fn)
 }
 
 func (k *memKV) nextSeq(b bucketRef) (uint64, error) {

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -49,6 +51,44 @@ type kv interface {
 	nextSeq(b bucketRef) (uint64, error)
 	// dropBucket deletes a nested bucket and everything in it; no-op if absent.
 	dropBucket(b bucketRef) error
+}
+
+// mergeScan is scan for the stores that buffer a transaction's writes
+// (memory, etcd): it calls fn for the keys >= from of a sorted snapshot
+// (keys, their values in vals) merged with the pending puts (nil value:
+// deleted), in key order, a pending entry shadowing the snapshot's.
+func mergeScan(keys []string, vals, puts map[string][]byte, from string, fn func(key string, value []byte) (bool, error)) error {
+	keys = keys[sort.SearchStrings(keys, from):]
+	var over []string
+	for key := range puts {
+		if key >= from {
+			over = append(over, key)
+		}
+	}
+	slices.Sort(over)
+	i, j := 0, 0
+	for i < len(keys) || j < len(over) {
+		var key string
+		var v []byte
+		switch {
+		case j == len(over) || (i < len(keys) && keys[i] < over[j]):
+			key, v = keys[i], vals[keys[i]]
+			i++
+		default:
+			if i < len(keys) && keys[i] == over[j] {
+				i++
+			}
+			key, v = over[j], puts[over[j]]
+			j++
+			if v == nil {
+				continue
+			}
+		}
+		if more, err := fn(key, v); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // maxKeyLen bounds names and keys; bbolt's own limit is 32 KiB, but nothing
