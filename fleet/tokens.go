@@ -93,6 +93,17 @@ func readTokens(tx state.Tx) (tokenDoc, error) {
 	return doc, nil
 }
 
+// loadTokens reads the token records in a transaction of their own.
+func (d *scopedTokens) loadTokens(ctx context.Context) (tokenDoc, error) {
+	var doc tokenDoc
+	err := d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		doc, err = readTokens(tx)
+		return err
+	})
+	return doc, err
+}
+
 func writeTokens(tx state.Tx, doc tokenDoc) error {
 	b, err := json.Marshal(doc)
 	if err != nil {
@@ -149,12 +160,8 @@ func (d *scopedTokens) tokenRecord(ctx context.Context, id string) (tokenRecord,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID == nil || time.Since(c.loaded) > tokenCacheTTL {
-		var doc tokenDoc
-		if err := d.store.View(ctx, func(tx state.Tx) error {
-			var err error
-			doc, err = readTokens(tx)
-			return err
-		}); err != nil {
+		doc, err := d.loadTokens(ctx)
+		if err != nil {
 			return tokenRecord{}, false, err
 		}
 		c.byID = make(map[string]tokenRecord, len(doc.Tokens))
@@ -205,12 +212,8 @@ func (d *scopedTokens) CreateToken(ctx context.Context, role api.Role, name stri
 
 // Tokens lists the scoped tokens, oldest first, without secrets or hashes.
 func (d *scopedTokens) Tokens(ctx context.Context) ([]api.TokenInfo, error) {
-	var doc tokenDoc
-	if err := d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		doc, err = readTokens(tx)
-		return err
-	}); err != nil {
+	doc, err := d.loadTokens(ctx)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]api.TokenInfo, 0, len(doc.Tokens))
