@@ -213,15 +213,22 @@ func deadlineInput(in FallbackInput) (DeadlinePolicy, DeadlineInput) {
 	}
 }
 
+// spotDeadlineInput is deadlineInput for a spot fleet with a deadline
+// fallback, the fleets MinSpotRun, SlackWorth and MaxPremium speak of; for
+// any other the policy is nil, which no interface check admits.
+func spotDeadlineInput(in FallbackInput) (DeadlinePolicy, DeadlineInput) {
+	f := in.Fleet
+	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
+		return nil, DeadlineInput{}
+	}
+	return deadlineInput(in)
+}
+
 // MinSpotRun is the expected run (ExpectedRun) a spot offering needs
 // for a new node of a deadline fleet whose policy admits spot
 // (SpotAdmission); 0 admits every offering.
 func MinSpotRun(in FallbackInput) time.Duration {
-	f := in.Fleet
-	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
-		return 0
-	}
-	pol, din := deadlineInput(in)
+	pol, din := spotDeadlineInput(in)
 	if a, ok := pol.(SpotAdmission); ok {
 		return a.MinSpotRun(din)
 	}
@@ -231,11 +238,7 @@ func MinSpotRun(in FallbackInput) time.Duration {
 // SlackWorth is what an hour of slack is worth to a deadline fleet whose
 // policy prices it (SlackPricer); 0 otherwise.
 func SlackWorth(in FallbackInput) float64 {
-	f := in.Fleet
-	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
-		return 0
-	}
-	pol, din := deadlineInput(in)
+	pol, din := spotDeadlineInput(in)
 	if sp, ok := pol.(SlackPricer); ok {
 		return sp.SlackWorth(din)
 	}
@@ -245,11 +248,7 @@ func SlackWorth(in FallbackInput) float64 {
 // MaxPremium is the premium over the market's best spot offering a new
 // spot node of a deadline fleet may cost (PriceWaiter); 0 means any.
 func MaxPremium(in FallbackInput) float64 {
-	f := in.Fleet
-	if f == nil || !f.Node.Spot || f.Placement.Fallback != spec.FallbackDeadline || f.Deadline == nil {
-		return 0
-	}
-	pol, din := deadlineInput(in)
+	pol, din := spotDeadlineInput(in)
 	if pw, ok := pol.(PriceWaiter); ok {
 		return pw.MaxPremium(din)
 	}
