@@ -126,15 +126,7 @@ func (in *Intake) sync(ctx context.Context) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.sqs == nil {
-		in.sqs = map[sqsKey]context.CancelFunc{}
-	}
-	for k, cancel := range in.sqs {
-		if _, ok := want[k]; !ok {
-			cancel()
-			delete(in.sqs, k)
-		}
-	}
+	in.sqs = keepOnly(in.sqs, want)
 	keys := make([]sqsKey, 0, len(want))
 	for k := range want {
 		keys = append(keys, k)
@@ -162,6 +154,21 @@ func (in *Intake) sync(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// keepOnly stops the pollers in running whose key want no longer names
+// and returns running, made on first use; the caller starts the missing.
+func keepOnly[K comparable, V any](running map[K]context.CancelFunc, want map[K]V) map[K]context.CancelFunc {
+	if running == nil {
+		running = map[K]context.CancelFunc{}
+	}
+	for k, cancel := range running {
+		if _, ok := want[k]; !ok {
+			cancel()
+			delete(running, k)
+		}
+	}
+	return running
 }
 
 // handleEventBridge maps an event's instances to nodes and raises notices.
@@ -210,15 +217,7 @@ func (in *Intake) syncGCE(ctx context.Context, fleets []Fleet) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.gce == nil {
-		in.gce = map[gceKey]context.CancelFunc{}
-	}
-	for k, cancel := range in.gce {
-		if !want[k] {
-			cancel()
-			delete(in.gce, k)
-		}
-	}
+	in.gce = keepOnly(in.gce, want)
 	for k := range want {
 		if _, ok := in.gce[k]; ok {
 			continue
