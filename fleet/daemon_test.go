@@ -54,6 +54,17 @@ func startTestDaemon(t *testing.T, dataDir string, mem *providertest.MemProvider
 	return launchTestDaemon(t, dataDir, staticProviders{providertest.MemName: mem}, mem, Options{})
 }
 
+// startBooting runs a daemon on a fresh mem provider with memSpec applied,
+// returning once the fleet's 3 nodes boot.
+func startBooting(t *testing.T) (*testDaemon, *providertest.MemProvider) {
+	t.Helper()
+	mem := providertest.NewMemProvider()
+	td := startTestDaemon(t, t.TempDir(), mem)
+	td.apply(context.Background(), t, "train.hcl", memSpec)
+	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	return td, mem
+}
+
 // launchTestDaemon runs a daemon in-process on 127.0.0.1 with the given
 // providers (their schemas come from the built-in packages or the mem
 // provider) and options (Tick defaults to 100ms); it stops at cleanup.
@@ -200,11 +211,8 @@ func (td *testDaemon) joinAll(t *testing.T, fleet string, joined map[string]bool
 }
 
 func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := startTestDaemon(t, t.TempDir(), mem)
+	td, mem := startBooting(t)
 	ctx := context.Background()
-	td.apply(ctx, t, "train.hcl", memSpec)
-	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	if mem.Live() != 3 {
 		t.Fatalf("live instances = %d, want 3", mem.Live())
 	}

@@ -394,11 +394,8 @@ func TestSchemaRejectsMalformed(t *testing.T) {
 // Savings compare each node's price with the on-demand price of its
 // instance type where it runs, once a provider has told us that price.
 func TestSavingsAgainstOnDemand(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := startTestDaemon(t, t.TempDir(), mem)
+	td, _ := startBooting(t)
 	ctx := context.Background()
-	td.apply(ctx, t, "train.hcl", memSpec)
-	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	st, err := td.client.Status(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -115,11 +115,7 @@ func TestSpendTotalNeverGoesDown(t *testing.T) {
 // Below-min_nodes is 1 until enough nodes have joined; the heartbeat age
 // is per fleet and follows the agents' heartbeats.
 func TestBelowMinAndHeartbeatAge(t *testing.T) {
-	mem := providertest.NewMemProvider()
-	td := startTestDaemon(t, t.TempDir(), mem)
-	ctx := context.Background()
-	td.apply(ctx, t, "train.hcl", memSpec)
-	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
+	td, _ := startBooting(t)
 	if v, _ := fleetValue(t, td, "fleetd_below_min_nodes", "train"); v != 1 {
 		t.Errorf("below min while all nodes boot = %v, want 1", v)
 	}
