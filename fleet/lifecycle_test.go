@@ -622,22 +622,9 @@ func (lc *lifecycle) check() {
 // spendTotals reads fleetd_spend_usd_total per fleet from a daemon's registry.
 func spendTotals(t *testing.T, td *testDaemon) map[string]float64 {
 	t.Helper()
-	mfs, err := td.metrics.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "fleetd_spend_usd_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "fleet" {
-					out[lp.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
+	for fleet, m := range byLabel(t, td.Daemon, "fleetd_spend_usd_total", "fleet") {
+		out[fleet] = m.GetCounter().GetValue()
 	}
 	return out
 }

@@ -158,23 +158,8 @@ func swarmSpec(n int) string {
 // reconcileStats reads the reconcile-pass histogram of a fleet.
 func reconcileStats(t *testing.T, d *Daemon, fleet string) (passes uint64, seconds float64) {
 	t.Helper()
-	mfs, err := d.metrics.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "fleetd_reconcile_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "fleet" && lp.GetValue() == fleet {
-					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
-				}
-			}
-		}
-	}
-	return 0, 0
+	m := byLabel(t, d, "fleetd_reconcile_duration_seconds", "fleet")[fleet]
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // TestLoadThousandAgentsHeartbeat launches a 1,000-node fleet on the

@@ -456,22 +456,9 @@ func TestBootFailureAlert(t *testing.T) {
 	}
 	// Replayed events (seq already seen) are not counted twice.
 	d.stats.Tally.Event(state.Event{Seq: 2, Time: now, Fleet: "f", Type: "node.transition", Data: map[string]string{"from": "booting", "to": "failed"}})
-	mfs, err := d.metrics.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "fleetd_node_failures_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "from" {
-					got[l.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
-		}
+	for from, m := range byLabel(t, d, "fleetd_node_failures_total", "from") {
+		got[from] = m.GetCounter().GetValue()
 	}
 	if got["booting"] != 3 || got["provisioning"] != 1 {
 		t.Fatalf("fleetd_node_failures_total by from = %v, want booting 3, provisioning 1", got)

@@ -14,29 +14,42 @@ import (
 	"github.com/fleetd/fleetd/fleet/stats"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // fleetValue gathers one fleet series of a family from the daemon's own
 // registry; false when the series is absent.
 func fleetValue(t *testing.T, td *testDaemon, name, fleet string) (float64, bool) {
 	t.Helper()
-	mfs, err := td.metrics.Registry().Gather()
+	m, ok := byLabel(t, td.Daemon, name, "fleet")[fleet]
+	if !ok {
+		return 0, false
+	}
+	return value(m), true
+}
+
+// byLabel gathers d's series of the metric name, keyed by their value of
+// label; where several share one, the first gathered.
+func byLabel(t *testing.T, d *Daemon, name, label string) map[string]*dto.Metric {
+	t.Helper()
+	mfs, err := d.metrics.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]*dto.Metric{}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "fleet" && l.GetValue() == fleet {
-					return value(m), true
+				if _, seen := out[l.GetValue()]; l.GetName() == label && !seen {
+					out[l.GetValue()] = m
 				}
 			}
 		}
 	}
-	return 0, false
+	return out
 }
 
 // fleetd_spend_usd_total never goes down: not when a node record is
@@ -145,21 +158,10 @@ func TestBelowMinAndHeartbeatAge(t *testing.T) {
 	}
 	outcome := ""
 	waitFor(t, "a failed job with min_nodes 0", 5*time.Second, func() bool {
-		mfs, err := td.metrics.Registry().Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
 		outcome = ""
-		for _, mf := range mfs {
-			if mf.GetName() != "fleetd_job_completed" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && value(m) == 1 {
-						outcome = l.GetValue()
-					}
-				}
+		for o, m := range byLabel(t, td.Daemon, "fleetd_job_completed", "outcome") {
+			if value(m) == 1 {
+				outcome = o
 			}
 		}
 		v, _ := fleetValue(t, td, "fleetd_min_nodes", "train")
