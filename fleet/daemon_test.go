@@ -158,15 +158,22 @@ func (td *testDaemon) agentCall(t *testing.T, fleet, node, op string, body any) 
 
 func (td *testDaemon) nodes(t *testing.T, fleet string) []state.Node {
 	t.Helper()
-	var nodes []state.Node
+	return stateView(t, td, func(tx state.Tx) ([]state.Node, error) { return tx.Nodes(fleet) })
+}
+
+// stateView reads a value from td's store in a transaction of its own,
+// failing t on an error.
+func stateView[T any](t *testing.T, td *testDaemon, read func(state.Tx) (T, error)) T {
+	t.Helper()
+	var v T
 	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
 		var err error
-		nodes, err = tx.Nodes(fleet)
+		v, err = read(tx)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return nodes
+	return v
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {

@@ -62,15 +62,7 @@ func TestNewFleetStartsFromDeploymentHistory(t *testing.T) {
 
 func readMarketHistory(t *testing.T, td *testDaemon) controller.MarketHistory {
 	t.Helper()
-	var h controller.MarketHistory
-	if err := td.Store().View(context.Background(), func(tx state.Tx) error {
-		var err error
-		h, err = controller.LoadMarketHistory(tx)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return h
+	return stateView(t, td, controller.LoadMarketHistory)
 }
 
 func readRuntime(t *testing.T, td *testDaemon, fleet string) controller.SavedRuntime {

@@ -103,14 +103,7 @@ func TestSpendTotalNeverGoesDown(t *testing.T) {
 	}
 	total := sample("after forget")
 	gauge, _ := fleetValue(t, td, "fleetd_spend_usd", "train")
-	var forgotten float64
-	if err := td.Store().View(ctx, func(tx state.Tx) error {
-		var err error
-		forgotten, err = spend.ReadForgotten(tx, "train")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	forgotten := stateView(t, td, func(tx state.Tx) (float64, error) { return spend.ReadForgotten(tx, "train") })
 	if forgotten <= 0 {
 		t.Fatalf("persisted forgotten spend = %v, want > 0 (the victim ran with price %v)", forgotten, victim.Offering.PricePerHour)
 	}
