@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/api/apitest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
@@ -116,21 +117,7 @@ func (fd *fuzzDaemon) serve(tb testing.TB, method, target, authz string, body []
 	if method == http.MethodGet {
 		deadline = 50 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), deadline)
-	defer cancel()
-	req = req.WithContext(ctx)
-	rec := httptest.NewRecorder()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fd.Handler().ServeHTTP(rec, req)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		tb.Fatalf("%s %s did not return after its request ended", method, target)
-	}
-	return rec
+	return apitest.ServeWithin(tb, fd.Handler(), req, deadline)
 }
 
 // drainRendezvousEvents takes the rendezvous events queued for the event

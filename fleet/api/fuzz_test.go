@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/api/apitest"
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
@@ -151,21 +152,7 @@ func FuzzServer(f *testing.F) {
 		case 3:
 			req.Header["Authorization"] = []string{string(body)}
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), 50*time.Millisecond)
-		defer cancel()
-		req = req.WithContext(ctx)
-
-		rec := httptest.NewRecorder()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.ServeHTTP(rec, req)
-		}()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s %s did not return after its request ended", method, target)
-		}
+		rec := apitest.ServeWithin(t, s, req, 50*time.Millisecond)
 		calls, mutations := b.counts()
 		code := rec.Code
 		if code >= 500 {
