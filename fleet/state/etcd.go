@@ -334,22 +334,10 @@ func (s *Etcd) AppendEvents(ctx context.Context, events []Event) ([]Event, error
 		return nil, err
 	}
 	release()
-	if err := validEvents(events); err != nil {
-		return nil, err
-	}
 	if len(events) == 0 {
 		return []Event{}, nil
 	}
-	var out []Event
-	err = s.Update(ctx, func(t Tx) error {
-		var err error
-		out, err = appendEvents(t, events) // a rerun starts over
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return updateAppend(ctx, s.Update, events)
 }
 
 // Stats counts fleets, nodes and offerings and reads the last event seq, in

@@ -70,19 +70,7 @@ func (m *Memory) Events(ctx context.Context, since uint64, limit int) ([]Event, 
 
 // AppendEvents appends events in one transaction, like BoltStore.AppendEvents.
 func (m *Memory) AppendEvents(ctx context.Context, events []Event) ([]Event, error) {
-	if err := validEvents(events); err != nil {
-		return nil, err
-	}
-	var out []Event
-	err := m.Update(ctx, func(t Tx) error {
-		var err error
-		out, err = appendEvents(t, events)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return updateAppend(ctx, m.Update, events)
 }
 
 // Close makes every later call fail with ErrClosed. Closing twice is a no-op.

@@ -535,6 +535,24 @@ func validEvents(events []Event) error {
 	return nil
 }
 
+// updateAppend is AppendEvents over a store's Update: every event checked
+// first, then all appended in one transaction.
+func updateAppend(ctx context.Context, update func(context.Context, func(Tx) error) error, events []Event) ([]Event, error) {
+	if err := validEvents(events); err != nil {
+		return nil, err
+	}
+	var out []Event
+	err := update(ctx, func(t Tx) error {
+		var err error
+		out, err = appendEvents(t, events) // a rerun starts over
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // appendEvents is the body of every store's AppendEvents: the events in
 // order, returned as stored. It builds a fresh slice, so a transaction that
 // runs again starts over.
