@@ -64,31 +64,25 @@ const (
 
 // WithDefaults fills zero fields.
 func (p Params) WithDefaults() Params {
-	if p.MarginalEfficiency <= 0 {
-		p.MarginalEfficiency = DefaultMarginalEfficiency
-	}
-	if p.Hysteresis <= 0 {
-		p.Hysteresis = DefaultHysteresis
-	}
-	if p.CostTolerance <= 0 {
-		p.CostTolerance = DefaultCostTolerance
-	}
-	if p.MeasureFor <= 0 {
-		p.MeasureFor = DefaultMeasureFor
-	}
-	if p.MinInterval <= 0 {
-		p.MinInterval = DefaultMinInterval
-	}
-	if p.NoReportsAfter <= 0 {
-		p.NoReportsAfter = DefaultNoReportsAfter
-	}
-	if p.Z <= 0 {
-		p.Z = DefaultZ
-	}
+	p.MarginalEfficiency = positiveOr(p.MarginalEfficiency, DefaultMarginalEfficiency)
+	p.Hysteresis = positiveOr(p.Hysteresis, DefaultHysteresis)
+	p.CostTolerance = positiveOr(p.CostTolerance, DefaultCostTolerance)
+	p.MeasureFor = positiveOr(p.MeasureFor, DefaultMeasureFor)
+	p.MinInterval = positiveOr(p.MinInterval, DefaultMinInterval)
+	p.NoReportsAfter = positiveOr(p.NoReportsAfter, DefaultNoReportsAfter)
+	p.Z = positiveOr(p.Z, DefaultZ)
 	if p.MaxStep <= 1 {
 		p.MaxStep = DefaultMaxStep
 	}
 	return p
+}
+
+// positiveOr is v, or def where v is not positive (unset or invalid).
+func positiveOr[T float64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // State is what the autoscaler remembers between decisions (persisted).
