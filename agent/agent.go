@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/agent/ckpt"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/gcemeta"
 	"github.com/fleetd/fleetd/interruption/imds"
@@ -451,11 +452,7 @@ func (a *agent) startDrain(n interruption.Notice) error {
 		return nil
 	}
 	d := Drain{Kind: n.Kind, Deadline: n.Deadline, Source: n.Source, ID: n.ID, Detail: n.Detail, NoticedAt: time.Now().UTC()}
-	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(a.paths.DrainFile, append(b, '\n')); err != nil {
+	if err := writeJSONAtomic(a.paths.DrainFile, d); err != nil {
 		return err
 	}
 	a.drain = &d
@@ -484,11 +481,7 @@ func (a *agent) drainForExclusion(reason string) error {
 		return nil
 	}
 	d := Drain{Kind: DrainExcluded, Source: "rendezvous", Detail: reason, NoticedAt: time.Now().UTC()}
-	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(a.paths.DrainFile, append(b, '\n')); err != nil {
+	if err := writeJSONAtomic(a.paths.DrainFile, d); err != nil {
 		return err
 	}
 	a.drain = &d
@@ -506,20 +499,4 @@ func writeJSONAtomic(file string, v any) error {
 }
 
 // writeFileAtomic replaces file so readers never see a partial write.
-func writeFileAtomic(file string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
-}
+func writeFileAtomic(file string, data []byte) error { return ckpt.WriteFileAtomic(file, data, 0o644) }
