@@ -92,32 +92,14 @@ func TestAutoscalerSettlesByThroughput(t *testing.T) {
 	}
 	began := time.Now()
 	bin := fleetdBinary(t)
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataDir := t.TempDir()
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "daemon.hcl")
+	d, repo, dir := e2eDaemon(t, bin, autoscaleDaemonConfig)
+	defer d.stop(t)
 	specs := map[string]string{
 		"knee":   autoscaleSpec("knee", repo, filepath.Join(dir, "ckpt-knee"), 29610, "2"),
 		"linear": autoscaleSpec("linear", repo, filepath.Join(dir, "ckpt-linear"), 29710, ""),
 	}
-	if err := os.WriteFile(cfg, []byte(autoscaleDaemonConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDevDaemonIn(t, bin, "", dataDir, freeAddr(t), "-config", cfg)
-	defer d.stop(t)
 	for name, src := range specs {
-		f := filepath.Join(dir, name+".hcl")
-		if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", f); code != 0 {
-			t.Fatalf("apply %s: %d\n%s\n%s", name, code, out, errOut)
-		}
+		applySpec(t, d, bin, dir, name, src)
 	}
 	defer func() {
 		if t.Failed() || os.Getenv("FLEETD_TEST_VERBOSE") != "" {

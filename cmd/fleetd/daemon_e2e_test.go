@@ -70,6 +70,30 @@ func startDaemon(t *testing.T, bin, dataDir, addr string) *devDaemon {
 	return startDevDaemonIn(t, bin, "", dataDir, addr)
 }
 
+// startApplied runs a dev daemon on dataDir and applies src (written to
+// NAME.hcl); a failed apply stops the daemon. Defer its stop.
+func startApplied(t *testing.T, bin, dataDir, name, src string) *devDaemon {
+	t.Helper()
+	specFile := filepath.Join(t.TempDir(), name+".hcl")
+	if err := os.WriteFile(specFile, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, bin, dataDir, freeAddr(t))
+	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
+		d.stop(t)
+		t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
+	}
+	return d
+}
+
+// localNodeDir is dataDir's local provider directory; the node processes
+// under it are killed when t ends, even after a failure half-way.
+func localNodeDir(t *testing.T, dataDir string) string {
+	nodeDir := filepath.Join(dataDir, "local")
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	return nodeDir
+}
+
 func (d *devDaemon) stop(t *testing.T) {
 	t.Helper()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)

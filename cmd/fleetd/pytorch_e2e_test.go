@@ -124,18 +124,10 @@ func TestPyTorchFleetSurvivesInterruptions(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	nodeDir := localNodeDir(t, dataDir)
 	const steps = 500
-	specFile := filepath.Join(t.TempDir(), "ddp.hcl")
-	if err := os.WriteFile(specFile, []byte(pytorchSpec(repo, ckpt, steps)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, bin, dataDir, freeAddr(t))
+	d := startApplied(t, bin, dataDir, "ddp", pytorchSpec(repo, ckpt, steps))
 	defer d.stop(t)
-	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
-		t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
-	}
 	defer func() {
 		if t.Failed() || os.Getenv("FLEETD_TEST_VERBOSE") != "" {
 			out, _, _ := d.cli(t, bin, "events")
