@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetd/fleetd/agent/ckpt"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/gcemeta"
 	"github.com/fleetd/fleetd/interruption/imds"
@@ -497,6 +496,3 @@ func writeJSONAtomic(file string, v any) error {
 	}
 	return writeFileAtomic(file, append(b, '\n'))
 }
-
-// writeFileAtomic replaces file so readers never see a partial write.
-func writeFileAtomic(file string, data []byte) error { return ckpt.WriteFileAtomic(file, data, 0o644) }
