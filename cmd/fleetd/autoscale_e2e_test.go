@@ -30,20 +30,10 @@ func autoscaleSpec(name, repo, ckpt string, port int, limit string) string {
 	if limit != "" {
 		env = fmt.Sprintf("env = { TRAIN_SCALE_LIMIT = %q }", limit)
 	}
-	return fmt.Sprintf(`
-fleet %q {
+	return localFleet{name: name, sizes: `
   min_nodes = 2
-  max_nodes = 4
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
-    zones = ["local-a", "local-b"]
-  }
-  training {
+  max_nodes = 4`, provider: `
+    zones = ["local-a", "local-b"]`, training: fmt.Sprintf(`
     command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "1000000", "--step-time", "0", "--sample-time", "0.006", "--timeout", "20"]
     workdir        = %q
     nproc_per_node = 1
@@ -52,15 +42,10 @@ fleet %q {
     drain_grace    = "10s"
     checkpoint_uri = "file://%s"
     warm_start     = false # 8 idle interpreters would hold ~1 GiB for nothing here
-    %s
-  }
-  rendezvous {
+    %s`, torchPython, repo, port, ckpt, env), rendezvous: `
     last_call  = "1s"
     heartbeat  = "1s"
-    dead_after = "4s"
-  }
-}
-`, name, torchPython, repo, port, ckpt, env)
+    dead_after = "4s"`}.hcl()
 }
 
 // autoscaleDaemonConfig: sizes are judged after 3 s of measured

@@ -66,25 +66,12 @@ func killAll(needles ...string) {
 	}
 }
 
-const crashSpec = `
-fleet "crash" {
+var crashSpec = localFleet{name: "crash", sizes: `
   min_nodes     = 2
   max_nodes     = 4
-  desired_nodes = 3
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
-    zones = ["local-a", "local-b"]
-  }
-  training {
-    command = ["sleep", "600"]
-  }
-}
-`
+  desired_nodes = 3`, provider: `
+    zones = ["local-a", "local-b"]`, training: `
+    command = ["sleep", "600"]`}.hcl()
 
 // TestCrashDuringScaleUp SIGKILLs the daemon at several points of a
 // scale-up and restarts it: every run must end with exactly the target

@@ -86,6 +86,27 @@ func startApplied(t *testing.T, bin, dataDir, name, src string) *devDaemon {
 	return d
 }
 
+// localFleet is the frame of the e2e tests' fleets: nodes of one GPU
+// colocated in one region on the local provider. The sizes and the blocks'
+// bodies are each test's own.
+type localFleet struct {
+	name     string
+	sizes    string // the *_nodes lines
+	provider string // the body of provider "local"
+	training string
+	// rendezvous is the rendezvous block's body; "" leaves the block out.
+	rendezvous string
+}
+
+func (f localFleet) hcl() string {
+	s := fmt.Sprintf("\nfleet %q {%s\n  node {\n    gpus = 1\n  }\n  placement {\n    colocate = \"region\"\n  }\n"+
+		"  provider \"local\" {%s\n  }\n  training {%s\n  }\n", f.name, f.sizes, f.provider, f.training)
+	if f.rendezvous != "" {
+		s += "  rendezvous {" + f.rendezvous + "\n  }\n"
+	}
+	return s + "}\n"
+}
+
 // localNodeDir is dataDir's local provider directory; the node processes
 // under it are killed when t ends, even after a failure half-way.
 func localNodeDir(t *testing.T, dataDir string) string {
