@@ -112,14 +112,7 @@ func main() {
 		}
 		b()
 	}
-	failed := r.Summary("scale")
-	if *jsonOut != "" {
-		if err := r.WriteJSON(*jsonOut); err != nil {
-			fmt.Fprintln(os.Stderr, "write json:", err)
-		}
-	}
-	fmt.Printf("scale: %d figure(s) missed their target\n", failed)
-	if failed > 0 {
+	if r.Finish("scale", *jsonOut) > 0 {
 		pprof.StopCPUProfile() // os.Exit skips the deferred one
 		os.Exit(1)             // bench/run.sh counts a program that fails as a miss
 	}

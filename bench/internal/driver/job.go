@@ -79,14 +79,7 @@ func (c Config) Spec(dir, addressPrefix, elastic string, train func(ckpt string)
 // and exits non-zero when a figure missed its target; the run's logs stay
 // then (os.Exit skips the deferred End).
 func (r *Run) Finish(rep *report.Reporter, jsonOut string) {
-	nfail := rep.Summary(r.Prog)
-	if jsonOut != "" {
-		if err := rep.WriteJSON(jsonOut); err != nil {
-			fmt.Fprintln(os.Stderr, "write json:", err)
-		}
-	}
-	fmt.Printf("%s: %d figure(s) missed their target\n", r.Prog, nfail)
-	if nfail > 0 {
+	if rep.Finish(r.Prog, jsonOut) > 0 {
 		fmt.Printf("%s: logs kept in %s\n", r.Prog, r.Work)
 		os.Exit(1) // bench/run.sh counts a program that fails as a miss
 	}
