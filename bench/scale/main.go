@@ -153,3 +153,14 @@ func intList(flagName, v string) []int {
 	}
 	return out
 }
+
+// scratch is a benchmark's temporary directory (fleetd-bench-NAME-*) and
+// ctx bounded by timeout; done ends the one and removes the other.
+func scratch(ctx context.Context, name string, timeout time.Duration) (string, context.Context, func(), error) {
+	dir, err := os.MkdirTemp("", "fleetd-bench-"+name+"-")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return dir, ctx, func() { cancel(); os.RemoveAll(dir) }, nil
+}
