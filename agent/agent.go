@@ -376,18 +376,12 @@ type watchFunc func(ctx context.Context, emit func(interruption.Notice)) error
 
 func (a *agent) watcher() (watchFunc, string, error) {
 	cfg := a.opts.Config
-	u := cfg.Metadata.URL
-	if a.opts.MetadataURL != "" {
-		u = a.opts.MetadataURL
-	}
+	u := a.metadataURL()
 	switch cfg.Metadata.Kind {
 	case MetadataNone:
 		return nil, "", nil
 	case MetadataAWSIMDS:
-		if u == "" {
-			u = imds.DefaultBaseURL
-		}
-		c, err := imds.NewClient(u)
+		c, u, err := imdsClient(u)
 		if err != nil {
 			return nil, "", err
 		}
@@ -399,6 +393,25 @@ func (a *agent) watcher() (watchFunc, string, error) {
 		return w.Run, c.BaseURL, nil
 	}
 	return nil, "", fmt.Errorf("metadata kind %q is not supported by this agent", cfg.Metadata.Kind)
+}
+
+// metadataURL is the metadata service's URL: the option's (tests) over the
+// config's; "" means the kind's default.
+func (a *agent) metadataURL() string {
+	if a.opts.MetadataURL != "" {
+		return a.opts.MetadataURL
+	}
+	return a.opts.Config.Metadata.URL
+}
+
+// imdsClient is the EC2 metadata client at u (imds.DefaultBaseURL when
+// empty), with the URL it uses.
+func imdsClient(u string) (*imds.Client, string, error) {
+	if u == "" {
+		u = imds.DefaultBaseURL
+	}
+	c, err := imds.NewClient(u)
+	return c, u, err
 }
 
 // gceBaseURL turns a configured GCE metadata URL into the v1 root the
