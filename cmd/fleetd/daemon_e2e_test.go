@@ -139,6 +139,13 @@ func runFleetd(t *testing.T, bin, addr, token string, args ...string) (string, s
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "FLEETD_ADDR="+addr, "FLEETD_TOKEN="+token)
+	return runCLI(t, cmd)
+}
+
+// runCLI runs cmd and returns its stdout, stderr and exit code; a command
+// that cannot run fails t.
+func runCLI(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
