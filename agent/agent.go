@@ -376,18 +376,12 @@ type watchFunc func(ctx context.Context, emit func(interruption.Notice)) error
 
 func (a *agent) watcher() (watchFunc, string, error) {
 	cfg := a.opts.Config
-	u := cfg.Metadata.URL
-	if a.opts.MetadataURL != "" {
-		u = a.opts.MetadataURL
-	}
+	u := a.metadataURL()
 	switch cfg.Metadata.Kind {
 	case MetadataNone:
 		return nil, "", nil
 	case MetadataAWSIMDS:
-		if u == "" {
-			u = imds.DefaultBaseURL
-		}
-		c, err := imds.NewClient(u)
+		c, u, err := imdsClient(u)
 		if err != nil {
 			return nil, "", err
 		}
@@ -399,6 +393,25 @@ func (a *agent) watcher() (watchFunc, string, error) {
 		return w.Run, c.BaseURL, nil
 	}
 	return nil, "", fmt.Errorf("metadata kind %q is not supported by this agent", cfg.Metadata.Kind)
+}
+
+// metadataURL is the metadata service's URL: the option's (tests) over the
+// config's; "" means the kind's default.
+func (a *agent) metadataURL() string {
+	if a.opts.MetadataURL != "" {
+		return a.opts.MetadataURL
+	}
+	return a.opts.Config.Metadata.URL
+}
+
+// imdsClient is the EC2 metadata client at u (imds.DefaultBaseURL when
+// empty), with the URL it uses.
+func imdsClient(u string) (*imds.Client, string, error) {
+	if u == "" {
+		u = imds.DefaultBaseURL
+	}
+	c, err := imds.NewClient(u)
+	return c, u, err
 }
 
 // gceBaseURL turns a configured GCE metadata URL into the v1 root the
@@ -451,11 +464,7 @@ func (a *agent) startDrain(n interruption.Notice) error {
 		return nil
 	}
 	d := Drain{Kind: n.Kind, Deadline: n.Deadline, Source: n.Source, ID: n.ID, Detail: n.Detail, NoticedAt: time.Now().UTC()}
-	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(a.paths.DrainFile, append(b, '\n')); err != nil {
+	if err := writeJSONAtomic(a.paths.DrainFile, d); err != nil {
 		return err
 	}
 	a.drain = &d
@@ -484,11 +493,7 @@ func (a *agent) drainForExclusion(reason string) error {
 		return nil
 	}
 	d := Drain{Kind: DrainExcluded, Source: "rendezvous", Detail: reason, NoticedAt: time.Now().UTC()}
-	b, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(a.paths.DrainFile, append(b, '\n')); err != nil {
+	if err := writeJSONAtomic(a.paths.DrainFile, d); err != nil {
 		return err
 	}
 	a.drain = &d
@@ -503,23 +508,4 @@ func writeJSONAtomic(file string, v any) error {
 		return err
 	}
 	return writeFileAtomic(file, append(b, '\n'))
-}
-
-// writeFileAtomic replaces file so readers never see a partial write.
-func writeFileAtomic(file string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
 }

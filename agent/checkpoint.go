@@ -29,6 +29,10 @@ type (
 	checkpointReport        = agentwire.CheckpointReport
 )
 
+// writeFileAtomic replaces file (readable by all) so readers never see a
+// partial write.
+func writeFileAtomic(file string, data []byte) error { return ckpt.WriteFileAtomic(file, data, 0o644) }
+
 // daemonSigner is the daemon's half of a signed store, over the node API.
 type daemonSigner struct{ dc *daemonClient }
 

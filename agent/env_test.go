@@ -20,6 +20,21 @@ func envMap(env []string) map[string]string {
 	return m
 }
 
+// checkEnv checks that env has want's variables and none of absent.
+func checkEnv(t *testing.T, env, want map[string]string, absent []string) {
+	t.Helper()
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s=%q, want %q", k, env[k], v)
+		}
+	}
+	for _, k := range absent {
+		if v, ok := env[k]; ok {
+			t.Errorf("%s=%q is set, want it absent", k, v)
+		}
+	}
+}
+
 func TestWorkerEnv(t *testing.T) {
 	assign := func(nproc int) rendezvous.Assignment {
 		return rendezvous.Assignment{Round: 7, RunID: "job-abc", GroupRank: 1, GroupWorldSize: 3, RankOffset: 2 * nproc,
@@ -106,16 +121,7 @@ func TestWorkerEnv(t *testing.T) {
 			if len(m) != len(env) {
 				t.Errorf("duplicate keys in %v", env)
 			}
-			for k, v := range tt.want {
-				if m[k] != v {
-					t.Errorf("%s=%q, want %q", k, m[k], v)
-				}
-			}
-			for _, k := range tt.absent {
-				if v, ok := m[k]; ok {
-					t.Errorf("%s=%q is set, want it absent", k, v)
-				}
-			}
+			checkEnv(t, m, tt.want, tt.absent)
 		})
 	}
 }

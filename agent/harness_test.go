@@ -501,6 +501,19 @@ type event struct {
 func (a *testAgent) events(t *testing.T) []event {
 	t.Helper()
 	var out []event
+	a.workerLines(func(round int, line []byte) {
+		var ev event
+		if json.Unmarshal(line, &ev) == nil && ev.Event != "" {
+			ev.Round = round
+			out = append(out, ev)
+		}
+	})
+	return out
+}
+
+// workerLines calls fn with every JSON line of the agent's worker logs
+// and its round.
+func (a *testAgent) workerLines(fn func(round int, line []byte)) {
 	files, _ := filepath.Glob(filepath.Join(a.paths().LogDir, "round-*", "rank-*.log"))
 	for _, f := range files {
 		round, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(f)), "round-"))
@@ -511,15 +524,12 @@ func (a *testAgent) events(t *testing.T) []event {
 		sc := bufio.NewScanner(fh)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		for sc.Scan() {
-			var ev event
-			if strings.HasPrefix(sc.Text(), "{") && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
-				ev.Round = round
-				out = append(out, ev)
+			if strings.HasPrefix(sc.Text(), "{") {
+				fn(round, sc.Bytes())
 			}
 		}
 		fh.Close()
 	}
-	return out
 }
 
 // maxStep is the highest step the agent's workers printed.

@@ -31,17 +31,10 @@ const (
 )
 
 func (a *agent) metadataGetter() metadataGetter {
-	cfg := a.opts.Config
-	u := cfg.Metadata.URL
-	if a.opts.MetadataURL != "" {
-		u = a.opts.MetadataURL
-	}
-	switch cfg.Metadata.Kind {
+	u := a.metadataURL()
+	switch a.opts.Config.Metadata.Kind {
 	case MetadataAWSIMDS:
-		if u == "" {
-			u = imds.DefaultBaseURL
-		}
-		c, err := imds.NewClient(u)
+		c, _, err := imdsClient(u)
 		if err != nil {
 			return nil
 		}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -120,23 +119,13 @@ type ipEvent struct {
 func (a *testAgent) ipEvents(t *testing.T) []ipEvent {
 	t.Helper()
 	var out []ipEvent
-	files, _ := filepath.Glob(filepath.Join(a.paths().LogDir, "round-*", "rank-*.log"))
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			continue
+	a.workerLines(func(_ int, line []byte) {
+		var ev ipEvent
+		if json.Unmarshal(line, &ev) == nil && ev.Event != "" {
+			ev.node = a.id
+			out = append(out, ev)
 		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			var ev ipEvent
-			if strings.HasPrefix(sc.Text(), "{") && json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
-				ev.node = a.id
-				out = append(out, ev)
-			}
-		}
-		fh.Close()
-	}
+	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time < out[j].Time })
 	return out
 }

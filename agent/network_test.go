@@ -98,21 +98,8 @@ func TestNetworkEnv(t *testing.T) {
 		{name: "spoofed FLEETD_NETWORK is dropped", root: root, base: []string{EnvNetwork + "=lies"}, absent: []string{EnvNetwork}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := map[string]string{}
-			for _, kv := range workerEnv(workerEnvParams{Base: c.base, Assignment: a, Training: TrainingConfig{Env: c.spec, Network: c.nc}, Network: detectNetwork(c.root, c.nc)}, 0) {
-				k, v, _ := strings.Cut(kv, "=")
-				env[k] = v
-			}
-			for k, v := range c.want {
-				if env[k] != v {
-					t.Errorf("%s=%q, want %q", k, env[k], v)
-				}
-			}
-			for _, k := range c.absent {
-				if v, ok := env[k]; ok {
-					t.Errorf("%s=%q set", k, v)
-				}
-			}
+			env := envMap(workerEnv(workerEnvParams{Base: c.base, Assignment: a, Training: TrainingConfig{Env: c.spec, Network: c.nc}, Network: detectNetwork(c.root, c.nc)}, 0))
+			checkEnv(t, env, c.want, c.absent)
 			if c.network != "" && env[EnvNetwork] != c.network {
 				t.Errorf("%s=%q, want %q", EnvNetwork, env[EnvNetwork], c.network)
 			}

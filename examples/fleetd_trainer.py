@@ -196,7 +196,7 @@ def read_drain_notice(path):
 class StepEnd:
     """What both trainers do once a step is applied on every rank, mixed into
     a trainer that has step, drained, drain_notice, a (args with steps and
-    ckpt_every), save(reason) and confirm_saved().
+    ckpt_every), save(reason), confirm_saved() and write_done().
 
     after_step returns "done" when the run has reached its last step (finishing
     beats stopping: nothing would be left to resume), "stop" when a rank was
@@ -217,6 +217,17 @@ class StepEnd:
         if self.step % self.a.ckpt_every == 0:
             self.save("periodic")
         return None
+
+    def end_run(self, end):
+        """Ends a trainer's step loop: True when the group agreed to stop
+        (end "stop"); else the run is done (end "done", or no step was left):
+        the final checkpoint and the done file (write_done) are written and
+        it returns False."""
+        if end == "stop":
+            return True
+        self.save("done")
+        self.write_done()
+        return False
 
 
 def add_common_args(p):

@@ -1,7 +1,6 @@
 package rendezvous
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 )
@@ -31,14 +30,7 @@ func TestExcludeUntilCarriesDeadline(t *testing.T) {
 	if v := m.View("c"); v.State != NodeExcluded || !v.NoticeDeadline.Equal(deadline) {
 		t.Errorf("excluded node's view %+v, want its deadline", v)
 	}
-	b, err := json.Marshal(m.Snapshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s Snapshot
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatal(err)
-	}
+	_, s := snapshotJSON(t, m)
 	r, err := Restore(s, t0.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

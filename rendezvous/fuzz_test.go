@@ -225,16 +225,11 @@ func checkAssignments(t *testing.T, m *Machine, what string) {
 	}
 }
 
-func checkRestore(t *testing.T, m *Machine, now time.Time) {
+// checkRestore restores m's snapshot, through JSON, at now: the restored
+// machine, which it returns, must snapshot to the same JSON.
+func checkRestore(t *testing.T, m *Machine, now time.Time) *Machine {
 	t.Helper()
-	b1, err := json.Marshal(m.Snapshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s Snapshot
-	if err := json.Unmarshal(b1, &s); err != nil {
-		t.Fatal(err)
-	}
+	b1, s := snapshotJSON(t, m)
 	r, err := Restore(s, now)
 	if err != nil {
 		t.Fatalf("restore of a live machine's snapshot: %v\n%s", err, b1)
@@ -242,6 +237,22 @@ func checkRestore(t *testing.T, m *Machine, now time.Time) {
 	if b2, _ := json.Marshal(r.Snapshot()); !bytes.Equal(b1, b2) {
 		t.Fatalf("snapshot changed by a restore:\n%s\n%s", b1, b2)
 	}
+	return r
+}
+
+// snapshotJSON is m's snapshot as JSON and decoded back from it: what a
+// state file holds and a restarted daemon reads.
+func snapshotJSON(t *testing.T, m *Machine) ([]byte, Snapshot) {
+	t.Helper()
+	b, err := json.Marshal(m.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return b, s
 }
 
 // FuzzRestore feeds arbitrary snapshot JSON (what a damaged state file

@@ -62,8 +62,8 @@ func (s *Service) Handler(auth Authorizer) http.Handler {
 	}
 	h := &handler{s: s, auth: auth}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/rendezvous/{fleet}/join", h.join)
-	mux.HandleFunc("POST /v1/rendezvous/{fleet}/heartbeat", h.heartbeat)
+	mux.HandleFunc("POST /v1/rendezvous/{fleet}/join", serveNode(h, s.Join))
+	mux.HandleFunc("POST /v1/rendezvous/{fleet}/heartbeat", serveNode(h, s.Heartbeat))
 	mux.HandleFunc("GET /v1/rendezvous/{fleet}/watch", h.watch)
 	mux.HandleFunc("POST /v1/rendezvous/{fleet}/leave", h.leave)
 	return mux
@@ -74,32 +74,28 @@ type handler struct {
 	auth Authorizer
 }
 
-func (h *handler) join(w http.ResponseWriter, r *http.Request) {
-	var req JoinRequest
-	fleet := r.PathValue("fleet")
-	if !decode(w, r, &req) || !valid(w, req.Validate()) || !h.authorize(w, r, fleet, req.NodeID) {
-		return
-	}
-	v, err := h.s.Join(r.Context(), fleet, req)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
+// nodeRequest is a node's POST body: it names the node and checks itself.
+type nodeRequest interface {
+	Validate() error
+	node() string
 }
 
-func (h *handler) heartbeat(w http.ResponseWriter, r *http.Request) {
-	var req HeartbeatRequest
-	fleet := r.PathValue("fleet")
-	if !decode(w, r, &req) || !valid(w, req.Validate()) || !h.authorize(w, r, fleet, req.NodeID) {
-		return
+// serveNode answers a node's POST: it decodes and checks the body,
+// authorizes its node in the path's fleet and answers what call returns.
+func serveNode[Req nodeRequest, Resp any](h *handler, call func(context.Context, string, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		fleet := r.PathValue("fleet")
+		if !decode(w, r, &req) || !valid(w, req.Validate()) || !h.authorize(w, r, fleet, req.node()) {
+			return
+		}
+		resp, err := call(r.Context(), fleet, req)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
 	}
-	resp, err := h.s.Heartbeat(r.Context(), fleet, req)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resp)
 }
 
 func (h *handler) leave(w http.ResponseWriter, r *http.Request) {

@@ -175,10 +175,7 @@ func TestHTTPJoinWatchAssignAndExclude(t *testing.T) {
 
 func TestHTTPErrors(t *testing.T) {
 	ctx := context.Background()
-	svc := newService(t, Options{})
-	if err := svc.Configure(ctx, "f", testConfig(2, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{}, testConfig(2, 2))
 	srv := startHTTP(t, svc, testAuth("f", "a", "b"))
 	join := `{"node_id":"a","addr":"10.0.0.1","nproc":1}`
 	tests := []struct {
@@ -256,10 +253,7 @@ func TestClientRetriesUntilDaemonIsUp(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: the daemon is "restarting"
 
-	svc := newService(t, Options{})
-	if err := svc.Configure(ctx, "f", testConfig(1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{}, testConfig(1, 2))
 	started := make(chan *http.Server, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
@@ -320,10 +314,7 @@ func TestClientWatchNeverSpins(t *testing.T) {
 	}
 
 	// Against the real handler, an unchanged view costs one poll per wait.
-	svc := newService(t, Options{})
-	if err := svc.Configure(ctx, "f", testConfig(2, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{}, testConfig(2, 2))
 	var real atomic.Int64
 	h := svc.Handler(testAuth("f", "a"))
 	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -353,10 +344,7 @@ func TestClientWatchNeverSpins(t *testing.T) {
 func TestHTTPWatchWakesOnMasterListening(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	svc := newService(t, Options{})
-	if err := svc.Configure(ctx, "f", testConfig(2, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{}, testConfig(2, 2))
 	srv := startHTTP(t, svc, testAuth("f", "a", "b"))
 	clients := map[string]*Client{"a": NewClient(srv.URL, "tok-a", srv.Client()), "b": NewClient(srv.URL, "tok-b", srv.Client())}
 	views := map[string]View{}

@@ -33,6 +33,16 @@ func (l *eventLog) kinds() []EventKind {
 	return out
 }
 
+// configuredService is a new service with fleet "f" configured as cfg.
+func configuredService(ctx context.Context, t testing.TB, opts Options, cfg Config) *Service {
+	t.Helper()
+	svc := newService(t, opts)
+	if err := svc.Configure(ctx, "f", cfg); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
 func newService(t testing.TB, opts Options) *Service {
 	t.Helper()
 	if opts.Logger == nil {
@@ -143,10 +153,7 @@ func TestServiceAnnouncesOnlyPersistedRounds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	store := &flakyStore{MemoryStore: NewMemoryStore()}
-	svc := newService(t, Options{Store: store})
-	if err := svc.Configure(ctx, "f", testConfig(2, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{Store: store}, testConfig(2, 2))
 	a := mustJoin(t, svc, "f", "a")
 	store.fail.Store(true)
 	if b := mustJoin(t, svc, "f", "b"); b.State != NodeWaiting || b.Assignment != nil {
@@ -275,10 +282,7 @@ func TestServiceRemoveAndCloseWakeWatchers(t *testing.T) {
 func TestServiceFinishAndExclude(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	svc := newService(t, Options{})
-	if err := svc.Configure(ctx, "f", testConfig(1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	svc := configuredService(ctx, t, Options{}, testConfig(1, 2))
 	a, b := mustJoin(t, svc, "f", "a"), mustJoin(t, svc, "f", "b")
 	if err := svc.Exclude(ctx, "f", "b", "rebalance recommendation"); err != nil {
 		t.Fatal(err)
@@ -350,10 +354,7 @@ func TestServiceGroupsConcurrentExclusions(t *testing.T) {
 			defer cancel()
 			store := &gateStore{MemoryStore: NewMemoryStore()}
 			var log eventLog
-			svc := newService(t, Options{Store: store, OnChange: log.add})
-			if err := svc.Configure(ctx, "f", testConfig(1, tc.victims+1)); err != nil {
-				t.Fatal(err)
-			}
+			svc := configuredService(ctx, t, Options{Store: store, OnChange: log.add}, testConfig(1, tc.victims+1))
 			survivor := mustJoin(t, svc, "f", "s")
 			for i := range tc.victims {
 				mustJoin(t, svc, "f", fmt.Sprintf("v%d", i))

@@ -74,6 +74,8 @@ func validID(s string) bool {
 	return true
 }
 
+func (r JoinRequest) node() string { return r.NodeID }
+
 // Validate checks a join request.
 func (r JoinRequest) Validate() error {
 	if !validID(r.NodeID) {
@@ -169,6 +171,8 @@ func (p *Progress) Validate() error {
 }
 
 const maxWorkersLen = 64
+
+func (r HeartbeatRequest) node() string { return r.NodeID }
 
 // Validate checks a heartbeat request.
 func (r HeartbeatRequest) Validate() error {

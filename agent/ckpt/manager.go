@@ -308,7 +308,7 @@ func (m *Manager) saveJournal(j *journal) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(p, b)
+	return WriteFileAtomic(p, b, 0o600) // CreateTemp's mode, as before
 }
 
 // CountingReader adds the bytes read from r to n (a transfer's progress;
@@ -868,8 +868,9 @@ func syncDir(dir string) {
 	}
 }
 
-// writeFileAtomic replaces file so a reader never sees half of it.
-func writeFileAtomic(file string, data []byte) error {
+// WriteFileAtomic replaces file with data at perm so a reader never sees
+// half of it.
+func WriteFileAtomic(file string, data []byte, perm os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
 	if err != nil {
 		return err
@@ -877,6 +878,10 @@ func writeFileAtomic(file string, data []byte) error {
 	_, werr := tmp.Write(data)
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), perm); err != nil {
 		os.Remove(tmp.Name())
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/bench/internal/driver"
 	"github.com/fleetd/fleetd/bench/internal/report"
 )
 
@@ -13,7 +14,7 @@ import (
 // recovered only past its bound, is a miss for every system, so the
 // program exits non-zero and `make bench` fails.
 func TestFiguresMissWhatDidNotRecover(t *testing.T) {
-	cfg := config{lead: 30 * time.Second, scenarioTimeout: 4 * time.Minute}
+	cfg := config{Config: driver.Config{Lead: 30 * time.Second, ScenarioTimeout: 4 * time.Minute}}
 	ok := func(s float64) result { return result{Outcome: Outcome{TrainAgain: s}} }
 	noticed := result{Outcome: Outcome{TrainAgain: 75}, fromDeath: 45} // a node that died 30 s after the notice
 	for _, tc := range []struct {
@@ -23,15 +24,15 @@ func TestFiguresMissWhatDidNotRecover(t *testing.T) {
 		wantMiss int
 		want     string
 	}{
-		{"torchrun's notice is timed from the node's death", "torchrun", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 0,
+		{"torchrun's notice is timed from the node's death", "torchrun", map[string]result{driver.ScenKill: ok(40), driver.ScenAdd: ok(20), driver.ScenNotice: noticed, driver.ScenKillSilent: ok(50)}, 0,
 			"FIGURE elastic.100MiB.notice.torchrun.train_again = 45 s (target <= 270 s) PASS\nFIGURE elastic.100MiB.notice.torchrun.train_again_from_notice = 75 s (info)"},
-		{"so is torchrun's at its defaults", "torchrun-defaults", map[string]result{scenKill: ok(40), scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 0,
+		{"so is torchrun's at its defaults", "torchrun-defaults", map[string]result{driver.ScenKill: ok(40), driver.ScenAdd: ok(20), driver.ScenNotice: noticed, driver.ScenKillSilent: ok(50)}, 0,
 			"FIGURE elastic.100MiB.notice.torchrun_defaults.train_again = 45 s (target <= 270 s) PASS"},
-		{"torchrun never recovers from a kill", "torchrun", map[string]result{scenKill: {missing: "[a b] not training again within 4m0s"}, scenAdd: ok(20), scenNotice: noticed, scenKillSilent: ok(50)}, 1,
+		{"torchrun never recovers from a kill", "torchrun", map[string]result{driver.ScenKill: {missing: "[a b] not training again within 4m0s"}, driver.ScenAdd: ok(20), driver.ScenNotice: noticed, driver.ScenKillSilent: ok(50)}, 1,
 			"FIGURE elastic.100MiB.kill.torchrun.train_again = n/a s (target <= 240 s) FAIL MISSING: [a b] not training again within 4m0s"},
-		{"a scenario never reached", "restart", map[string]result{scenNotice: ok(2)}, 3,
+		{"a scenario never reached", "restart", map[string]result{driver.ScenNotice: ok(2)}, 3,
 			"FIGURE elastic.100MiB.kill.restart.train_again = n/a s (target <= 240 s) FAIL MISSING: scenario not reached"},
-		{"recovered past the bound", "restart", map[string]result{scenKill: ok(241), scenAdd: ok(3), scenNotice: ok(2), scenKillSilent: ok(20)}, 1,
+		{"recovered past the bound", "restart", map[string]result{driver.ScenKill: ok(241), driver.ScenAdd: ok(3), driver.ScenNotice: ok(2), driver.ScenKillSilent: ok(20)}, 1,
 			"FIGURE elastic.100MiB.kill.restart.train_again = 241 s (target <= 240 s) FAIL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,64 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
-// fleetdRun runs the job under a real `fleetd serve -dev` with the
-// embedded local provider (driver.Fleetd: every node a real agent process
-// tree in a session of its own, booted from the daemon's user-data), in
+// fleetdRun runs the job under the dev daemon (driver.FleetdJob) in
 // restart mode or in-process mode, with fleetd's defaults for everything
 // that affects recovery (rendezvous last_call 5 s, heartbeat 2 s,
 // dead_after 10 s).
 type fleetdRun struct {
+	*driver.FleetdJob[*Timeline]
 	cfg  config
 	mode string // "restart" or "in-process"
-	dir  string
-	d    *driver.Fleetd
-
-	tl driver.Latest[*Timeline]
 }
 
 func newFleetd(cfg config, mode, dir string) *fleetdRun {
-	f := &fleetdRun{cfg: cfg, mode: mode, dir: dir}
-	f.tl.Set(NewTimeline())
-	return f
+	return &fleetdRun{FleetdJob: driver.NewFleetdJob(cfg.Config, dir, NewTimeline), cfg: cfg, mode: mode}
 }
 
 func (f *fleetdRun) name() string {
 	return "fleetd " + f.mode
 }
 
-// spec is the fleet (driver.Spec) in the run's elastic mode.
-func (f *fleetdRun) spec() driver.Spec {
-	return driver.Spec{StateDir: driver.StateDir(f.dir), AddressPrefix: "127.0.78.", Lead: f.cfg.lead, Elastic: f.mode,
-		Command: append([]string{f.cfg.python, f.cfg.script}, f.cfg.trainArgs(filepath.Join(f.dir, "ckpt"))...)}
-}
-
 func (f *fleetdRun) start(ctx context.Context) error {
-	d, err := driver.StartFleetd(ctx, f.cfg.fleetd, f.dir, f.spec())
-	f.d = d
-	if err != nil {
+	if err := f.Start(ctx, f.cfg.Spec(f.Dir, "127.0.78.", f.mode, f.cfg.trainArgs)); err != nil {
 		return err
 	}
-	go driver.Follow(ctx, d, NewTimeline, f.tl.Set)
 	say("%s: dev daemon up, fleet applied (3 local nodes, elastic = %q)", f.name(), f.mode)
 	return nil
 }
 
-func (f *fleetdRun) stop() {
-	if f.d != nil {
-		f.d.Stop()
-	}
-}
+func (f *fleetdRun) stop() { f.Stop() }
 
-func (f *fleetdRun) timeline() *Timeline { return f.tl.Get() }
+func (f *fleetdRun) timeline() *Timeline { return f.Timeline() }
 
 func (f *fleetdRun) live() []string {
-	out, _ := f.d.Running(context.Background())
+	out, _ := f.D.Running(context.Background())
 	return out
 }
 
@@ -75,7 +54,7 @@ func (f *fleetdRun) victim() (string, error) {
 }
 
 func (f *fleetdRun) kill(node string) error {
-	_, err := f.d.Kill(node)
+	_, err := f.D.Kill(node)
 	return err
 }
 
@@ -84,9 +63,9 @@ func (f *fleetdRun) kill(node string) error {
 func (f *fleetdRun) add(ctx context.Context, since time.Time) (string, time.Time, time.Time, error) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		for _, e := range f.d.Events(ctx) {
+		for _, e := range f.D.Events(ctx) {
 			if e.Type == "rendezvous.member_joined" && !e.Time.Before(since) {
-				in, err := f.d.Find(e.Node)
+				in, err := f.D.Find(e.Node)
 				if err != nil {
 					return "", time.Time{}, time.Time{}, err
 				}
@@ -103,16 +82,16 @@ func (f *fleetdRun) add(ctx context.Context, since time.Time) (string, time.Time
 }
 
 // silence stops every process of the node's session (SIGSTOP); stop kills it.
-func (f *fleetdRun) silence(node string) int { return f.d.Silence(node) }
+func (f *fleetdRun) silence(node string) int { return f.D.Silence(node) }
 
 // notice injects a spot notice into the node's metadata service; known
 // is when the daemon had it (its notice event).
 func (f *fleetdRun) notice(ctx context.Context, node string) (time.Time, time.Time, error) {
 	t0 := time.Now()
-	if err := f.d.Interrupt(ctx, node, f.cfg.lead); err != nil {
+	if err := f.D.Interrupt(ctx, node, f.cfg.Lead); err != nil {
 		return time.Time{}, time.Time{}, err
 	}
-	say("%s: spot notice injected on node %s (deadline in %s)", f.name(), node, f.cfg.lead)
+	say("%s: spot notice injected on node %s (deadline in %s)", f.name(), node, f.cfg.Lead)
 	return time.Time{}, f.lossKnown(node, t0), nil
 }
 
@@ -120,7 +99,7 @@ func (f *fleetdRun) notice(ctx context.Context, node string) (time.Time, time.Ti
 // after since (its notice event), waiting a little for it.
 func (f *fleetdRun) lossKnown(node string, since time.Time) time.Time {
 	for range 100 {
-		for _, e := range f.d.Events(context.Background()) {
+		for _, e := range f.D.Events(context.Background()) {
 			if e.Type == "notice" && e.Node == node && !e.Time.Before(since) {
 				return e.Time
 			}
@@ -148,5 +127,5 @@ var agentExplains = []driver.Explain{
 }
 
 func (f *fleetdRun) notes(from, to time.Time) []note {
-	return driver.Between(f.d.Notes(context.Background(), agentExplains), from, to)
+	return driver.Between(f.D.Notes(context.Background(), agentExplains), from, to)
 }

@@ -30,15 +30,6 @@ import (
 	"github.com/fleetd/fleetd/bench/internal/report"
 )
 
-const (
-	scenKill       = "kill"
-	scenAdd        = "add"
-	scenNotice     = "notice"
-	scenKillSilent = "kill_silent" // SIGSTOP: peers learn of it only through timeouts
-)
-
-var scenarios = []string{scenNotice, scenKill, scenAdd, scenKillSilent}
-
 // Systems.
 const (
 	sysTorchrun         = "torchrun" // at fleetd's timeouts
@@ -48,14 +39,9 @@ const (
 var systemNames = []string{sysTorchrun, sysTorchrunDefaults, "restart", "in-process"}
 
 type config struct {
-	python, script, fleetd string
-	keepAliveLauncher      string // bench/torchrun_keepalive.py
-	stateMiB               float64
-	stepTime               float64
-	ckptEvery, offset      int
-	lead                   time.Duration
-	startTimeout           time.Duration
-	scenarioTimeout        time.Duration
+	driver.Config
+	stateMiB float64
+	offset   int
 }
 
 // trainArgs are the worker's arguments under every system: an embedding
@@ -63,8 +49,8 @@ type config struct {
 // dense, so the state is 3× the table) with a small dense head, sized to
 // stateMiB; --step-time adds simulated compute to each step.
 func (c config) trainArgs(ckpt string) []string {
-	return []string{"--steps", "10000000", "--step-time", strconv.FormatFloat(c.stepTime, 'f', -1, 64),
-		"--ckpt", ckpt, "--ckpt-every", strconv.Itoa(c.ckptEvery),
+	return []string{"--steps", "10000000", "--step-time", strconv.FormatFloat(c.StepTime, 'f', -1, 64),
+		"--ckpt", ckpt, "--ckpt-every", strconv.Itoa(c.CkptEvery),
 		"--arch", "embedding", "--sparse", "--state-mib", strconv.FormatFloat(c.stateMiB, 'f', -1, 64),
 		"--optimizer", "adam", "--dim", "64", "--hidden", "64", "--lr", "0.001", "--samples", "100000", "--batch", "8",
 		"--timeout", "60"}
@@ -110,32 +96,19 @@ var say = driver.Say
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python with torch (Debian python3-torch)")
-	flag.StringVar(&cfg.script, "script", "examples/pytorch/elastic_train.py", "the training script")
-	flag.StringVar(&cfg.fleetd, "fleetd", "bin/fleetd", "the fleetd binary")
-	flag.StringVar(&cfg.keepAliveLauncher, "torchrun-launcher", "bench/torchrun_keepalive.py", "torchrun with a settable keep-alive, for torchrun at fleetd's timeouts")
+	cfg.Flags(driver.Config{Script: "examples/pytorch/elastic_train.py", CkptEvery: 50, StartTimeout: 5 * time.Minute, ScenarioTimeout: 4 * time.Minute})
 	sizes := flag.String("sizes", "100,1024", "model sizes: MiB of parameters plus optimizer state, comma-separated")
 	systems := flag.String("systems", "torchrun,torchrun-defaults,restart,in-process", "which systems, comma-separated (torchrun: at fleetd's timeouts)")
-	flag.Float64Var(&cfg.stepTime, "step-time", 0.1, "simulated compute per step (seconds)")
-	flag.IntVar(&cfg.ckptEvery, "ckpt-every", 50, "periodic checkpoint interval (steps)")
 	flag.IntVar(&cfg.offset, "offset", 25, "the kill and the notice come this many steps after a periodic checkpoint")
-	flag.DurationVar(&cfg.lead, "lead", 30*time.Second, "spot notice lead")
-	flag.DurationVar(&cfg.startTimeout, "start-timeout", 5*time.Minute, "time for the job to start training")
-	flag.DurationVar(&cfg.scenarioTimeout, "scenario-timeout", 4*time.Minute, "time for training to resume after an event")
 	jsonOut := flag.String("json", "", "also write the figures to this JSON file")
 	keep := flag.Bool("keep", false, "keep the work directory")
 	flag.Parse()
 
-	if err := driver.Abs(&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher); err != nil {
-		fatal(err)
-	}
-	run, ctx, stop, err := driver.Begin("elastic", *keep)
+	run, ctx, err := cfg.Begin("elastic", *keep)
 	if err != nil {
 		fatal(err)
 	}
-	defer stop()
 	defer run.End()
-	work := run.Work
 
 	all := map[string]map[string]map[string]result{} // size → system → scenario
 	var sizeList []string
@@ -150,7 +123,7 @@ func main() {
 		c := cfg
 		c.stateMiB = mib
 		for _, sysName := range strings.Split(*systems, ",") {
-			dir := filepath.Join(work, size, sysName)
+			dir := filepath.Join(run.Work, size, sysName)
 			_ = os.MkdirAll(dir, 0o755)
 			var sys system
 			switch sysName {
@@ -161,8 +134,8 @@ func main() {
 				}
 				sys = t
 			case "restart", "in-process":
-				if _, err := os.Stat(c.fleetd); err != nil {
-					fatal(fmt.Errorf("%w (run `make build`)", err))
+				if err := c.NeedFleetd(); err != nil {
+					fatal(err)
 				}
 				sys = newFleetd(c, sysName, dir)
 			default:
@@ -191,18 +164,7 @@ func main() {
 		figures(r, cfg, size, all[size])
 	}
 	table(sizeList, all)
-	nfail := r.Summary("elastic")
-	if *jsonOut != "" {
-		if err := r.WriteJSON(*jsonOut); err != nil {
-			fmt.Fprintln(os.Stderr, "write json:", err)
-		}
-	}
-	fmt.Printf("elastic: %d figure(s) missed their target\n", nfail)
-	if nfail > 0 {
-		// os.Exit skips the deferred clean-up: the logs of a miss stay.
-		fmt.Printf("elastic: logs kept in %s\n", work)
-		os.Exit(1)
-	}
+	run.Finish(r, *jsonOut)
 }
 
 func sizeName(mib float64) string {
@@ -219,22 +181,22 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	if err := sys.start(ctx); err != nil {
 		return res, err
 	}
-	nodes, err := waitSteady(ctx, sys, 3, cfg.startTimeout)
+	nodes, err := waitSteady(ctx, sys, 3, cfg.StartTimeout)
 	if err != nil {
 		return res, err
 	}
 	say("%s: training at world size 3 (%.0f MiB of state per worker)", sys.name(), sys.timeline().StateMiB(nodes))
 
 	// 1. A node killed without notice, mid checkpoint interval.
-	r, survivors, t0, err := lose(ctx, cfg, sys, nodes, scenKill, func(v string) (string, error) {
+	r, survivors, t0, err := lose(ctx, cfg, sys, nodes, driver.ScenKill, func(v string) (string, error) {
 		return "killed", sys.kill(v)
 	})
 	if err != nil {
 		return res, err
 	}
-	res[scenKill] = r
+	res[driver.ScenKill] = r
 	if _, ok := sys.(*torchrun); ok { // fleetd's replacement joins on its own, usually before
-		if _, err := waitSteady(ctx, sys, 2, cfg.scenarioTimeout); err != nil {
+		if _, err := waitSteady(ctx, sys, 2, cfg.ScenarioTimeout); err != nil {
 			return res, err
 		}
 	}
@@ -248,16 +210,16 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	}
 	say("%s: node %s entered the rendezvous %.2fs after the kill, %.2fs after its agent started", sys.name(), joiner,
 		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
-	r = measure(ctx, sys, scenAdd, append(slices.Clone(survivors), joiner), joiner, joinAt, t0, cfg.scenarioTimeout)
+	r = measure(ctx, sys, driver.ScenAdd, append(slices.Clone(survivors), joiner), joiner, joinAt, t0, cfg.ScenarioTimeout)
 	if r.missing == "" {
 		lead := joinAt.Sub(started).Seconds()
 		r.fromJoin = r.TrainAgain
 		r.TrainAgain += lead
 		r.JoinerTrains += lead
 	}
-	res[scenAdd] = r
-	explain(sys, scenAdd, joinAt, r)
-	if nodes, err = waitSteady(ctx, sys, 3, cfg.scenarioTimeout); err != nil {
+	res[driver.ScenAdd] = r
+	explain(sys, driver.ScenAdd, joinAt, r)
+	if nodes, err = waitSteady(ctx, sys, 3, cfg.ScenarioTimeout); err != nil {
 		return res, err
 	}
 
@@ -276,36 +238,36 @@ func play(ctx context.Context, cfg config, sys system) (map[string]result, error
 	if err != nil {
 		return res, err
 	}
-	r = measure(ctx, sys, scenNotice, survivors, "", t0, time.Time{}, cfg.lead+cfg.scenarioTimeout)
+	r = measure(ctx, sys, driver.ScenNotice, survivors, "", t0, time.Time{}, cfg.Lead+cfg.ScenarioTimeout)
 	if !known.IsZero() && r.missing == "" {
 		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
 	}
 	if !death.IsZero() && r.missing == "" {
 		r.fromDeath = r.TrainAgain - death.Sub(t0).Seconds()
 	}
-	res[scenNotice] = r
-	explain(sys, scenNotice, t0, r)
+	res[driver.ScenNotice] = r
+	explain(sys, driver.ScenNotice, t0, r)
 
 	// 4. A node silenced (SIGSTOP), mid checkpoint interval: three nodes
 	// first (torchrun: another agent; fleetd: the notice's replacement).
 	if _, ok := sys.(*torchrun); ok {
-		if _, err := waitSteady(ctx, sys, 2, cfg.scenarioTimeout); err != nil {
+		if _, err := waitSteady(ctx, sys, 2, cfg.ScenarioTimeout); err != nil {
 			return res, err
 		}
 		if _, _, _, err := sys.add(ctx, time.Now()); err != nil {
 			return res, err
 		}
 	}
-	if nodes, err = waitSteady(ctx, sys, 3, cfg.lead+cfg.scenarioTimeout); err != nil {
+	if nodes, err = waitSteady(ctx, sys, 3, cfg.Lead+cfg.ScenarioTimeout); err != nil {
 		return res, err
 	}
-	r, _, _, err = lose(ctx, cfg, sys, nodes, scenKillSilent, func(v string) (string, error) {
+	r, _, _, err = lose(ctx, cfg, sys, nodes, driver.ScenKillSilent, func(v string) (string, error) {
 		return fmt.Sprintf("silenced (SIGSTOP to %d processes)", sys.silence(v)), nil
 	})
 	if err != nil {
 		return res, err
 	}
-	res[scenKillSilent] = r
+	res[driver.ScenKillSilent] = r
 	return res, nil
 }
 
@@ -326,7 +288,7 @@ func lose(ctx context.Context, cfg config, sys system, nodes []string, scen stri
 		return result{}, nil, time.Time{}, err
 	}
 	say("%s: node %s %s at step %d", sys.name(), v, what, sys.timeline().MaxStep(nodes))
-	r := measure(ctx, sys, scen, survivors, "", t0, time.Time{}, cfg.scenarioTimeout)
+	r := measure(ctx, sys, scen, survivors, "", t0, time.Time{}, cfg.ScenarioTimeout)
 	if known := sys.lossKnown(v, t0); !known.IsZero() && r.missing == "" {
 		r.fromKnown = r.TrainAgain - known.Sub(t0).Seconds()
 	}
@@ -357,12 +319,12 @@ func waitSteady(ctx context.Context, sys system, n int, timeout time.Duration) (
 // checkpoint.
 func waitOffset(ctx context.Context, sys system, nodes []string, cfg config) error {
 	s := sys.timeline().MaxStep(nodes)
-	target := (s/int64(cfg.ckptEvery))*int64(cfg.ckptEvery) + int64(cfg.offset)
+	target := (s/int64(cfg.CkptEvery))*int64(cfg.CkptEvery) + int64(cfg.offset)
 	if target <= s {
-		target += int64(cfg.ckptEvery)
+		target += int64(cfg.CkptEvery)
 	}
-	target = max(target, int64(cfg.ckptEvery+cfg.offset)) // after the first periodic checkpoint
-	deadline := time.Now().Add(cfg.scenarioTimeout)
+	target = max(target, int64(cfg.CkptEvery+cfg.offset)) // after the first periodic checkpoint
+	deadline := time.Now().Add(cfg.ScenarioTimeout)
 	for sys.timeline().MaxStep(nodes) < target {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: step %d not reached", sys.name(), target)
@@ -423,10 +385,10 @@ const (
 // bound is how long a scenario may take to recover before it is a miss:
 // the time measure waits (a notice adds its lead).
 func (c config) bound(sc string) float64 {
-	if sc == scenNotice {
-		return (c.lead + c.scenarioTimeout).Seconds()
+	if sc == driver.ScenNotice {
+		return (c.Lead + c.ScenarioTimeout).Seconds()
 	}
-	return c.scenarioTimeout.Seconds()
+	return c.ScenarioTimeout.Seconds()
 }
 
 func isTorchrun(sysName string) bool { return sysName == sysTorchrun || sysName == sysTorchrunDefaults }
@@ -435,7 +397,7 @@ func isTorchrun(sysName string) bool { return sysName == sysTorchrun || sysName 
 // notice, so its notice figure is timed from the node's death (the lead,
 // spent training, is not recovery); every other from the event.
 func (x result) headline(sysName, sc string) float64 {
-	if sc == scenNotice && isTorchrun(sysName) {
+	if sc == driver.ScenNotice && isTorchrun(sysName) {
 		return x.fromDeath
 	}
 	return x.TrainAgain
@@ -447,7 +409,7 @@ func figures(r *report.Reporter, cfg config, size string, bySys map[string]map[s
 		if !ok {
 			continue
 		}
-		for _, sc := range scenarios {
+		for _, sc := range driver.Scenarios {
 			x, ok := res[sc]
 			name := fmt.Sprintf("elastic.%s.%s.%s", size, sc, strings.ReplaceAll(sysName, "-", "_"))
 			if !ok || x.missing != "" {
@@ -461,9 +423,9 @@ func figures(r *report.Reporter, cfg config, size string, bySys map[string]map[s
 				continue
 			}
 			switch {
-			case sysName == "in-process" && sc == scenNotice:
+			case sysName == "in-process" && sc == driver.ScenNotice:
 				r.Check(name+".train_again", x.TrainAgain, "s", report.AtMost, targetNoticeS)
-			case sysName == "in-process" && sc == scenKill:
+			case sysName == "in-process" && sc == driver.ScenKill:
 				r.Check(name+".train_again", x.TrainAgain, "s", report.AtMost, targetKillS)
 			default:
 				r.Check(name+".train_again", x.headline(sysName, sc), "s", report.AtMost, cfg.bound(sc))
@@ -471,20 +433,20 @@ func figures(r *report.Reporter, cfg config, size string, bySys map[string]map[s
 			if x.fromKnown != 0 {
 				r.Info(name+".train_again_from_daemon_knowing", x.fromKnown, "s")
 			}
-			if sc == scenNotice && isTorchrun(sysName) {
+			if sc == driver.ScenNotice && isTorchrun(sysName) {
 				r.Info(name+".train_again_from_notice", x.TrainAgain, "s")
 			}
 			if x.fromJoin != 0 {
 				r.Info(name+".train_again_from_join", x.fromJoin, "s")
 			}
 			r.Info(name+".pause", x.Pause, "s")
-			if sc == scenNotice && !isTorchrun(sysName) {
+			if sc == driver.ScenNotice && !isTorchrun(sysName) {
 				r.Check(name+".lost_steps", float64(x.LostSteps), "steps", report.AtMost, targetLostSteps)
 			} else {
 				r.Info(name+".lost_steps", float64(x.LostSteps), "steps")
 			}
 			r.Info(name+".checkpoint_read", x.CkptMiB, "MiB")
-			if sc == scenAdd {
+			if sc == driver.ScenAdd {
 				r.Info(name+".joiner_trains", x.JoinerTrains, "s")
 				if sysName == "in-process" {
 					r.Check(name+".joiner_state_transfer", x.TransferMiBs, "MiB/s", report.AtLeast, targetTransfer)
@@ -494,7 +456,7 @@ func figures(r *report.Reporter, cfg config, size string, bySys map[string]map[s
 			}
 		}
 	}
-	for _, sc := range scenarios {
+	for _, sc := range driver.Scenarios {
 		for _, sysName := range []string{sysTorchrun, sysTorchrunDefaults} {
 			t, tok := bySys[sysName][sc]
 			ip, iok := bySys["in-process"][sc]
@@ -512,7 +474,7 @@ func table(sizes []string, all map[string]map[string]map[string]result) {
 	fmt.Println("| Model state | Scenario | System | Survivors train again | Longest pause | Lost steps | Checkpoint read | Joiner trains | Joiner state transfer |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, size := range sizes {
-		for _, sc := range scenarios {
+		for _, sc := range driver.Scenarios {
 			for _, sysName := range systemNames {
 				x, ok := all[size][sysName][sc]
 				if _, sysRan := all[size][sysName]; !sysRan {
@@ -528,14 +490,14 @@ func table(sizes []string, all map[string]map[string]map[string]result) {
 				if x.fromKnown != 0 {
 					again += fmt.Sprintf(" (%.2f s after the daemon knew)", x.fromKnown)
 				}
-				if sc == scenNotice && isTorchrun(sysName) {
+				if sc == driver.ScenNotice && isTorchrun(sysName) {
 					again += fmt.Sprintf(" after the node died (%.2f s after the notice)", x.TrainAgain)
 				}
 				if x.fromJoin != 0 {
 					again += fmt.Sprintf(" from the agent's start (%.2f s from the join)", x.fromJoin)
 				}
 				joiner, transfer := "", ""
-				if sc == scenAdd {
+				if sc == driver.ScenAdd {
 					joiner = fmt.Sprintf("%.2f s", x.JoinerTrains)
 					if x.TransferMiBs > 0 {
 						transfer = fmt.Sprintf("%.0f MiB at %.0f MiB/s", x.TransferMiB, x.TransferMiBs)
@@ -549,7 +511,4 @@ func table(sizes []string, all map[string]map[string]map[string]result) {
 	fmt.Println()
 }
 
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "elastic:", err)
-	os.Exit(1)
-}
+func fatal(err error) { driver.Fatal("elastic", err) }

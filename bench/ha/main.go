@@ -72,14 +72,7 @@ func main() {
 	if err := benchWrites(r); err != nil {
 		fmt.Println("writes: ERROR:", err)
 	}
-	failed := r.Summary("ha")
-	if *jsonOut != "" {
-		if err := r.WriteJSON(*jsonOut); err != nil {
-			fmt.Fprintln(os.Stderr, "write json:", err)
-		}
-	}
-	fmt.Printf("ha: %d figure(s) missed their target\n", failed)
-	if failed > 0 {
+	if r.Finish("ha", *jsonOut) > 0 {
 		os.Exit(1) // bench/run.sh counts a program that fails as a miss
 	}
 }

@@ -3,51 +3,31 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
-// fleetdRun runs the same job under a real `fleetd serve -dev` with the
-// embedded local provider (driver.Fleetd): every node is a real agent
-// process tree (its own session, address and metadata emulator) booted
-// from the daemon's cloud-init user-data. The fleet spec uses fleetd's
-// defaults for everything that affects recovery (rendezvous last_call 5 s,
-// heartbeat 2 s, dead_after 10 s; reconcile tick 2 s).
+// fleetdRun runs the same job under the dev daemon (driver.FleetdJob):
+// every node is a real agent process tree (its own session, address and
+// metadata emulator) booted from the daemon's cloud-init user-data. The
+// fleet spec uses fleetd's defaults for everything that affects recovery
+// (rendezvous last_call 5 s, heartbeat 2 s, dead_after 10 s; reconcile
+// tick 2 s).
 type fleetdRun struct {
+	*driver.FleetdJob[*Timeline]
 	cfg config
-	dir string
-	d   *driver.Fleetd
-
-	tl driver.Latest[*Timeline]
 }
 
 func newFleetd(cfg config, dir string) *fleetdRun {
-	f := &fleetdRun{cfg: cfg, dir: dir}
-	f.tl.Set(NewTimeline())
-	return f
+	return &fleetdRun{FleetdJob: driver.NewFleetdJob(cfg.Config, dir, NewTimeline), cfg: cfg}
 }
 
 // spec is the fleet (driver.Spec), the same worker command as under
 // torchrun.
-func (f *fleetdRun) spec() driver.Spec {
-	return driver.Spec{StateDir: driver.StateDir(f.dir), AddressPrefix: "127.0.77.", Lead: f.cfg.lead,
-		Command: append([]string{f.cfg.python, f.cfg.script}, f.cfg.trainArgs(filepath.Join(f.dir, "ckpt"))...)}
-}
+func (f *fleetdRun) spec() driver.Spec { return f.cfg.Spec(f.Dir, "127.0.77.", "", f.cfg.trainArgs) }
 
-// start runs `fleetd serve -dev` and applies the fleet.
-func (f *fleetdRun) start(ctx context.Context) error {
-	d, err := driver.StartFleetd(ctx, f.cfg.fleetd, f.dir, f.spec())
-	f.d = d
-	if err != nil {
-		return err
-	}
-	go driver.Follow(ctx, d, NewTimeline, f.tl.Set)
-	return nil
-}
-
-func (f *fleetdRun) timeline() *Timeline { return f.tl.Get() }
+func (f *fleetdRun) timeline() *Timeline { return f.Timeline() }
 
 func (f *fleetdRun) victim(nodes []string) (string, error) {
 	tl := f.timeline()
@@ -63,7 +43,7 @@ func (f *fleetdRun) victim(nodes []string) (string, error) {
 func (f *fleetdRun) waitNodes(ctx context.Context, n int, timeout time.Duration) ([]string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		nodes, err := f.d.Running(ctx)
+		nodes, err := f.D.Running(ctx)
 		if err == nil && len(nodes) == n && f.timeline().Steady(nodes, n, 3*time.Second, time.Now()) {
 			return nodes, nil
 		}
@@ -88,7 +68,7 @@ func (f *fleetdRun) joinedAfter(ctx context.Context, known []string, since time.
 	}
 	var from uint64
 	for time.Now().Before(deadline) {
-		resp, err := f.d.Client.Events(ctx, from, 0, 0)
+		resp, err := f.D.Client.Events(ctx, from, 0, 0)
 		if err == nil {
 			for _, e := range resp.Events {
 				if e.Type == "rendezvous.member_joined" && !isKnown[e.Node] && !e.Time.Before(since) {
@@ -109,18 +89,14 @@ func (f *fleetdRun) joinedAfter(ctx context.Context, known []string, since time.
 // run plays the three scenarios.
 func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	res := map[string]result{}
-	defer func() {
-		if f.d != nil {
-			f.d.Stop()
-		}
-	}()
+	defer f.Stop()
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := f.start(fctx); err != nil {
+	if err := f.Start(fctx, f.spec()); err != nil {
 		return res, err
 	}
 	say("fleetd: dev daemon up, fleet applied (3 local nodes)")
-	nodes, err := f.waitNodes(ctx, 3, f.cfg.startTimeout)
+	nodes, err := f.waitNodes(ctx, 3, f.cfg.StartTimeout)
 	if err != nil {
 		return res, err
 	}
@@ -132,13 +108,13 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	}
 	survivors := driver.Without(nodes, v)
 	t0 := time.Now()
-	killed, err := f.d.Kill(v)
+	killed, err := f.D.Kill(v)
 	if err != nil {
 		return res, err
 	}
 	say("fleetd: killed node %s (SIGKILL to its %d processes)", v, killed)
-	res[scenKill] = measure(ctx, "fleetd", scenKill, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
-	f.explain(ctx, scenKill, t0, res[scenKill])
+	res[driver.ScenKill] = measure(ctx, "fleetd", driver.ScenKill, f.timeline, survivors, t0, 0, f.cfg.ScenarioTimeout)
+	f.explain(ctx, driver.ScenKill, t0, res[driver.ScenKill])
 
 	// 3. A node added: the replacement fleetd launched for the lost node,
 	// timed from its agent process's start (as torchrun's), which warms
@@ -147,7 +123,7 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	if err != nil {
 		return res, err
 	}
-	in, err := f.d.Find(added)
+	in, err := f.D.Find(added)
 	if err != nil {
 		return res, err
 	}
@@ -158,11 +134,11 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	say("fleetd: replacement %s joined the rendezvous %.2fs after the kill, %.2fs after its agent started", added,
 		joinAt.Sub(t0).Seconds(), joinAt.Sub(started).Seconds())
 	all := append(append([]string(nil), survivors...), added)
-	r := measure(ctx, "fleetd", scenAdd, f.timeline, all, joinAt, 3, f.cfg.scenarioTimeout)
+	r := measure(ctx, "fleetd", driver.ScenAdd, f.timeline, all, joinAt, 3, f.cfg.ScenarioTimeout)
 	r.fromEarlier(joinAt.Sub(started), "from_rendezvous_join")
-	res[scenAdd] = r
-	f.explain(ctx, scenAdd, joinAt, res[scenAdd])
-	if nodes, err = f.waitNodes(ctx, 3, f.cfg.scenarioTimeout); err != nil {
+	res[driver.ScenAdd] = r
+	f.explain(ctx, driver.ScenAdd, joinAt, res[driver.ScenAdd])
+	if nodes, err = f.waitNodes(ctx, 3, f.cfg.ScenarioTimeout); err != nil {
 		return res, err
 	}
 
@@ -174,35 +150,35 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 	}
 	survivors = driver.Without(nodes, v)
 	t0 = time.Now()
-	if err := f.d.Interrupt(ctx, v, f.cfg.lead); err != nil {
+	if err := f.D.Interrupt(ctx, v, f.cfg.Lead); err != nil {
 		return res, err
 	}
-	say("fleetd: spot notice injected on node %s (deadline in %s)", v, f.cfg.lead)
-	r = measure(ctx, "fleetd", scenNotice, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
+	say("fleetd: spot notice injected on node %s (deadline in %s)", v, f.cfg.Lead)
+	r = measure(ctx, "fleetd", driver.ScenNotice, f.timeline, survivors, t0, 0, f.cfg.ScenarioTimeout)
 	if r.missing == "" {
 		// negative: the survivors trained again before the node died
-		r.extra["from_node_death"] = r.seconds() - f.cfg.lead.Seconds()
+		r.extra["from_node_death"] = r.seconds() - f.cfg.Lead.Seconds()
 	}
-	res[scenNotice] = r
-	f.explain(ctx, scenNotice, t0, res[scenNotice])
+	res[driver.ScenNotice] = r
+	f.explain(ctx, driver.ScenNotice, t0, res[driver.ScenNotice])
 
 	// 4. A node that goes silent (SIGSTOP to its session): the daemon
 	// learns of it only when its heartbeats stop for dead_after. The
 	// notice's replacement first makes three nodes again.
-	if nodes, err = f.waitNodes(ctx, 3, f.cfg.lead+f.cfg.scenarioTimeout); err != nil {
+	if nodes, err = f.waitNodes(ctx, 3, f.cfg.Lead+f.cfg.ScenarioTimeout); err != nil {
 		return res, err
 	}
 	if v, err = f.victim(nodes); err != nil {
 		return res, err
 	}
-	if _, err = f.d.Session(v); err != nil {
+	if _, err = f.D.Session(v); err != nil {
 		return res, err
 	}
 	survivors = driver.Without(nodes, v)
 	t0 = time.Now()
-	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.d.Silence(v))
-	res[scenKillSilent] = measure(ctx, "fleetd", scenKillSilent, f.timeline, survivors, t0, 0, f.cfg.scenarioTimeout)
-	f.explain(ctx, scenKillSilent, t0, res[scenKillSilent])
+	say("fleetd: node %s silenced (SIGSTOP to its %d processes)", v, f.D.Silence(v))
+	res[driver.ScenKillSilent] = measure(ctx, "fleetd", driver.ScenKillSilent, f.timeline, survivors, t0, 0, f.cfg.ScenarioTimeout)
+	f.explain(ctx, driver.ScenKillSilent, t0, res[driver.ScenKillSilent])
 	return res, nil
 }
 
@@ -210,7 +186,7 @@ func (f *fleetdRun) run(ctx context.Context) (map[string]result, error) {
 // rendezvous rounds), the agents' log lines and the worker starts around a
 // recovery.
 func (f *fleetdRun) explain(ctx context.Context, scen string, t0 time.Time, r result) {
-	explain("fleetd", scen, t0, r, f.timeline(), f.d.Notes(ctx, agentExplains))
+	explain("fleetd", scen, t0, r, f.timeline(), f.D.Notes(ctx, agentExplains))
 }
 
 // agentExplains are the agent log lines that explain a restart, with the

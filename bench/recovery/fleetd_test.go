@@ -16,7 +16,7 @@ import (
 // The fleet the benchmark applies must stay a valid spec with the settings
 // the comparison relies on.
 func TestFleetdSpec(t *testing.T) {
-	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", steps: 100, stepTime: 0.1, ckptEvery: 10, lead: 30 * time.Second}
+	cfg := config{Config: driver.Config{Python: "/usr/bin/python3", Script: "/abs/ddp_train.py", StepTime: 0.1, CkptEvery: 10, Lead: 30 * time.Second}, steps: 100}
 	f := newFleetd(cfg, t.TempDir())
 	file, diags := spec.Parse("bench.hcl", []byte(f.spec().HCL()), spec.Options{Schema: func(name string) (providers.ConfigSchema, bool) {
 		return local.Schema, name == local.Name
@@ -28,7 +28,7 @@ func TestFleetdSpec(t *testing.T) {
 	if fl.MinNodes != 2 || fl.MaxNodes != 3 || fl.TargetNodes() != 3 {
 		t.Errorf("nodes min %d max %d target %d, want 2, 3, 3", fl.MinNodes, fl.MaxNodes, fl.TargetNodes())
 	}
-	want := append([]string{cfg.python, cfg.script}, cfg.trainArgs(f.dir+"/ckpt")...)
+	want := append([]string{cfg.Python, cfg.Script}, cfg.trainArgs(f.Dir+"/ckpt")...)
 	if len(fl.Training.Command) != len(want) {
 		t.Fatalf("command %q, want %q", fl.Training.Command, want)
 	}
@@ -44,7 +44,7 @@ func TestFleetdSpec(t *testing.T) {
 }
 
 func TestTorchrunArgv(t *testing.T) {
-	cfg := config{python: "/usr/bin/python3", script: "/abs/ddp_train.py", keepAliveLauncher: "/abs/torchrun_keepalive.py", steps: 100, stepTime: 0.1, ckptEvery: 10}
+	cfg := config{Config: driver.Config{Python: "/usr/bin/python3", Script: "/abs/ddp_train.py", KeepAliveLauncher: "/abs/torchrun_keepalive.py", StepTime: 0.1, CkptEvery: 10}, steps: 100}
 	for _, tt := range []struct {
 		defaults bool
 		node     string
@@ -52,21 +52,21 @@ func TestTorchrunArgv(t *testing.T) {
 		want     []string
 		notWant  string
 	}{
-		{false, "A", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=1,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, "torch.distributed.run"},
-		{false, "D", []string{cfg.keepAliveLauncher}, []string{"--rdzv_conf=is_host=0,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, ""},
+		{false, "A", []string{cfg.KeepAliveLauncher}, []string{"--rdzv_conf=is_host=1,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, "torch.distributed.run"},
+		{false, "D", []string{cfg.KeepAliveLauncher}, []string{"--rdzv_conf=is_host=0,last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5", "--monitor_interval=0.1"}, ""},
 		{true, "A", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=1"}, "--monitor_interval=0.1"},
-		{true, "B", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=0"}, cfg.keepAliveLauncher},
+		{true, "B", []string{"-m", "torch.distributed.run"}, []string{"--rdzv_conf=is_host=0"}, cfg.KeepAliveLauncher},
 	} {
 		tr, err := newTorchrun(cfg, tt.defaults, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		argv := tr.agent.Argv(tt.node, tr.nodes.Port())
+		argv := tr.Agent.Argv(tt.node, tr.Nodes.Port())
 		has := map[string]bool{}
 		for _, a := range argv {
 			has[a] = true
 		}
-		for _, want := range append([]string{"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--max_restarts=10", cfg.script}, tt.want...) {
+		for _, want := range append([]string{"--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d", "--max_restarts=10", cfg.Script}, tt.want...) {
 			if !has[want] {
 				t.Errorf("%s node %s: argv %q lacks %q", tr.name(), tt.node, argv, want)
 			}
@@ -78,9 +78,9 @@ func TestTorchrunArgv(t *testing.T) {
 		if !slices.Equal(argv[:n], tt.launcher) || !slices.Equal(argv[n:n+4], []string{"-r", "1", "-t", "1"}) {
 			t.Errorf("%s node %s: argv %q does not start with %q -r 1 -t 1", tr.name(), tt.node, argv, tt.launcher)
 		}
-		train := cfg.trainArgs(tr.dir + "/ckpt")
-		if tail := argv[len(argv)-len(train)-1:]; tail[0] != cfg.script || !slices.Equal(tail[1:], train) {
-			t.Fatalf("%s node %s: worker command %q, want %s %q", tr.name(), tt.node, tail, cfg.script, train)
+		train := cfg.trainArgs(tr.Dir + "/ckpt")
+		if tail := argv[len(argv)-len(train)-1:]; tail[0] != cfg.Script || !slices.Equal(tail[1:], train) {
+			t.Fatalf("%s node %s: worker command %q, want %s %q", tr.name(), tt.node, tail, cfg.Script, train)
 		}
 	}
 }

@@ -37,16 +37,6 @@ import (
 	"github.com/fleetd/fleetd/bench/internal/report"
 )
 
-// Scenarios.
-const (
-	scenKill       = "kill"
-	scenNotice     = "notice"
-	scenAdd        = "add"
-	scenKillSilent = "kill_silent"
-)
-
-var scenarios = []string{scenNotice, scenKill, scenAdd, scenKillSilent}
-
 // Systems, as named in figures.
 const (
 	sysTorchrun         = "torchrun" // at fleetd's timeouts
@@ -57,7 +47,7 @@ const (
 // targets are fleetd's bounds per scenario (seconds), and the speed-up over
 // torchrun at fleetd's timeouts each must show. Other figures must recover
 // within the scenario timeout.
-var targets = map[string]float64{scenNotice: 5, scenKill: 10, scenAdd: 5}
+var targets = map[string]float64{driver.ScenNotice: 5, driver.ScenKill: 10, driver.ScenAdd: 5}
 
 const ratioTarget = 4
 
@@ -67,20 +57,14 @@ const stableSpan = 10 * time.Second
 
 // config is what both systems run.
 type config struct {
-	python, script, fleetd string
-	keepAliveLauncher      string // bench/torchrun_keepalive.py
-	steps                  int
-	stepTime               float64
-	ckptEvery              int
-	lead                   time.Duration
-	startTimeout           time.Duration
-	scenarioTimeout        time.Duration
+	driver.Config
+	steps int
 }
 
 // trainArgs are the worker's arguments, identical under both systems.
 func (c config) trainArgs(ckpt string) []string {
-	return []string{"--steps", strconv.Itoa(c.steps), "--step-time", strconv.FormatFloat(c.stepTime, 'f', -1, 64),
-		"--ckpt", ckpt, "--ckpt-every", strconv.Itoa(c.ckptEvery)}
+	return []string{"--steps", strconv.Itoa(c.steps), "--step-time", strconv.FormatFloat(c.StepTime, 'f', -1, 64),
+		"--ckpt", ckpt, "--ckpt-every", strconv.Itoa(c.CkptEvery)}
 }
 
 // result is one system's figure for one scenario.
@@ -189,16 +173,8 @@ func waitSteady(ctx context.Context, tl func() *Timeline, nodes []string, ws int
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python with torch (Debian python3-torch)")
-	flag.StringVar(&cfg.script, "script", "examples/pytorch/ddp_train.py", "the training script")
-	flag.StringVar(&cfg.fleetd, "fleetd", "bin/fleetd", "the fleetd binary")
-	flag.StringVar(&cfg.keepAliveLauncher, "torchrun-launcher", "bench/torchrun_keepalive.py", "torchrun with a settable keep-alive, for torchrun at fleetd's timeouts")
+	cfg.Flags(driver.Config{Script: "examples/pytorch/ddp_train.py", CkptEvery: 10, StartTimeout: 3 * time.Minute, ScenarioTimeout: 3 * time.Minute})
 	flag.IntVar(&cfg.steps, "steps", 1000000, "--steps of the job (large: the job must outlive the benchmark)")
-	flag.Float64Var(&cfg.stepTime, "step-time", 0.1, "--step-time of the job (seconds of simulated compute per step)")
-	flag.IntVar(&cfg.ckptEvery, "ckpt-every", 10, "--ckpt-every of the job")
-	flag.DurationVar(&cfg.lead, "lead", 30*time.Second, "spot notice lead (GCE gives 30 s, AWS 2 min)")
-	flag.DurationVar(&cfg.startTimeout, "start-timeout", 3*time.Minute, "time for the job to start training")
-	flag.DurationVar(&cfg.scenarioTimeout, "scenario-timeout", 3*time.Minute, "time for training to resume after an event")
 	only := flag.String("only", "both", "torchrun, fleetd or both")
 	profiles := flag.String("torchrun", "fleetd-timeouts,defaults", "torchrun profiles, comma-separated: at fleetd-timeouts (the headline) and at its defaults")
 	jsonOut := flag.String("json", "", "also write the figures to this JSON file")
@@ -209,19 +185,11 @@ func main() {
 		os.Exit(2)
 	}
 
-	if err := driver.Abs(&cfg.script, &cfg.fleetd, &cfg.keepAliveLauncher); err != nil {
-		fatal(err)
-	}
-	if _, err := os.Stat(cfg.script); err != nil {
-		fatal(err)
-	}
-	run, ctx, stop, err := driver.Begin("recovery", *keep)
+	run, ctx, err := cfg.Begin("recovery", *keep)
 	if err != nil {
 		fatal(err)
 	}
-	defer stop()
 	defer run.End()
-	work := run.Work
 
 	runs := map[string]map[string]result{} // system → scenario
 	if *only == "both" || *only == "torchrun" {
@@ -233,9 +201,9 @@ func main() {
 			if err != nil {
 				fatal(err)
 			}
-			t.setDir(filepath.Join(work, t.name()))
-			_ = os.MkdirAll(t.dir, 0o755)
-			say("=== %s (%s; %s) ===", t.name(), cfg.python, p)
+			t.SetDir(filepath.Join(run.Work, t.name()))
+			_ = os.MkdirAll(t.Dir, 0o755)
+			say("=== %s (%s; %s) ===", t.name(), cfg.Python, p)
 			res, err := t.run(ctx)
 			if err != nil {
 				say("%s: ERROR: %v", t.name(), err)
@@ -245,12 +213,12 @@ func main() {
 		}
 	}
 	if *only == "both" || *only == "fleetd" {
-		if _, err := os.Stat(cfg.fleetd); err != nil {
-			fatal(fmt.Errorf("%w (run `make build`)", err))
+		if err := cfg.NeedFleetd(); err != nil {
+			fatal(err)
 		}
-		dir := filepath.Join(work, "fleetd")
+		dir := filepath.Join(run.Work, "fleetd")
 		_ = os.MkdirAll(dir, 0o755)
-		say("=== fleetd (%s serve -dev, local provider) ===", cfg.fleetd)
+		say("=== fleetd (%s serve -dev, local provider) ===", cfg.Fleetd)
 		res, err := newFleetd(cfg, dir).run(ctx)
 		if err != nil {
 			say("fleetd: ERROR: %v", err)
@@ -267,22 +235,11 @@ func main() {
 	}
 	r := report.New(os.Stdout)
 	fmt.Println()
-	r.Info("recovery.notice.lead", cfg.lead.Seconds(), "s")
-	for _, sc := range scenarios {
+	r.Info("recovery.notice.lead", cfg.Lead.Seconds(), "s")
+	for _, sc := range driver.Scenarios {
 		figures(r, cfg, sc, runs)
 	}
-	failed := r.Summary("recovery")
-	if *jsonOut != "" {
-		if err := r.WriteJSON(*jsonOut); err != nil {
-			fmt.Fprintln(os.Stderr, "write json:", err)
-		}
-	}
-	fmt.Printf("recovery: %d figure(s) missed their target\n", failed)
-	if failed > 0 {
-		// os.Exit skips the deferred clean-up: the logs of a miss stay.
-		fmt.Printf("recovery: logs kept in %s\n", work)
-		os.Exit(1) // bench/run.sh counts a program that fails as a miss
-	}
+	run.Finish(r, *jsonOut)
 }
 
 // figures reports one scenario: each system's seconds (a miss when it did
@@ -294,7 +251,7 @@ func figures(r *report.Reporter, cfg config, sc string, runs map[string]map[stri
 		if !ran {
 			continue
 		}
-		op, bound := report.AtMost, cfg.scenarioTimeout.Seconds()
+		op, bound := report.AtMost, cfg.ScenarioTimeout.Seconds()
 		if t, ok := targets[sc]; ok && sys == sysFleetd {
 			bound = t
 		}
@@ -349,7 +306,4 @@ func missingWhy(r result, ok bool) string {
 	return r.missing
 }
 
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "recovery:", err)
-	os.Exit(1)
-}
+func fatal(err error) { driver.Fatal("recovery", err) }

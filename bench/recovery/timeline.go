@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -115,12 +117,7 @@ func (t *Timeline) Reset(node string) {
 func (t *Timeline) Nodes() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []string
-	for n := range t.nodes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(t.nodes))
 }
 
 // Current returns a node's latest incarnation (zero value and false if none).

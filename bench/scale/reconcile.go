@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -36,13 +35,11 @@ const (
 func benchReconcile(ctx context.Context, r *report.Reporter, p params) error {
 	n := p.Nodes
 	name := fmt.Sprintf("reconcile.%d", n)
-	dir, err := os.MkdirTemp("", "fleetd-bench-reconcile-")
+	dir, ctx, done, err := scratch(ctx, "reconcile", 4*time.Minute)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
+	defer done()
 
 	// The n nodes have no agents (like the sim provider's): dead_after is
 	// raised to 10 min so that the daemon's heartbeat-loss detection (a

@@ -81,13 +81,11 @@ func benchRendezvous(ctx context.Context, r *report.Reporter, n int, p params) e
 	if target == 0 {
 		target = 3
 	}
-	dir, err := os.MkdirTemp("", "fleetd-bench-rdzv-")
+	dir, ctx, done, err := scratch(ctx, "rdzv", 5*time.Minute)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
+	defer done()
 
 	// The nodes are recorded running, as a daemon restarted under a running
 	// fleet finds them: the benchmark is the rendezvous, not n one-off

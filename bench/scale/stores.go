@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -33,13 +32,11 @@ func benchStores(ctx context.Context, r *report.Reporter, p params) error {
 func benchStore(ctx context.Context, r *report.Reporter, p params, store string) error {
 	n := p.Nodes
 	name := fmt.Sprintf("stores.%s.%d", store, n)
-	dir, err := os.MkdirTemp("", "fleetd-bench-stores-")
+	dir, ctx, done, err := scratch(ctx, "stores", 4*time.Minute)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
+	defer done()
 	var opts []func(*fleet.Config)
 	if store == "etcd" {
 		peer, err := loopbackURL()

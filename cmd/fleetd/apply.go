@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -226,11 +225,10 @@ func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
 		return exitCode(stderr, err)
 	}
 	req.SkipCheck = *skipCheck
-	c, err := cf.client()
+	c, ctx, stop, err := cf.interruptible()
 	if err != nil {
 		return exitCode(stderr, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if !*auto {
 		p, err := c.Plan(ctx, req)

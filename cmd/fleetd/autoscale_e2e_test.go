@@ -30,20 +30,10 @@ func autoscaleSpec(name, repo, ckpt string, port int, limit string) string {
 	if limit != "" {
 		env = fmt.Sprintf("env = { TRAIN_SCALE_LIMIT = %q }", limit)
 	}
-	return fmt.Sprintf(`
-fleet %q {
+	return localFleet{name: name, sizes: `
   min_nodes = 2
-  max_nodes = 4
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
-    zones = ["local-a", "local-b"]
-  }
-  training {
+  max_nodes = 4`, provider: `
+    zones = ["local-a", "local-b"]`, training: fmt.Sprintf(`
     command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "1000000", "--step-time", "0", "--sample-time", "0.006", "--timeout", "20"]
     workdir        = %q
     nproc_per_node = 1
@@ -52,15 +42,10 @@ fleet %q {
     drain_grace    = "10s"
     checkpoint_uri = "file://%s"
     warm_start     = false # 8 idle interpreters would hold ~1 GiB for nothing here
-    %s
-  }
-  rendezvous {
+    %s`, torchPython, repo, port, ckpt, env), rendezvous: `
     last_call  = "1s"
     heartbeat  = "1s"
-    dead_after = "4s"
-  }
-}
-`, name, torchPython, repo, port, ckpt, env)
+    dead_after = "4s"`}.hcl()
 }
 
 // autoscaleDaemonConfig: sizes are judged after 3 s of measured
@@ -92,32 +77,14 @@ func TestAutoscalerSettlesByThroughput(t *testing.T) {
 	}
 	began := time.Now()
 	bin := fleetdBinary(t)
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataDir := t.TempDir()
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "daemon.hcl")
+	d, repo, dir := e2eDaemon(t, bin, autoscaleDaemonConfig)
+	defer d.stop(t)
 	specs := map[string]string{
 		"knee":   autoscaleSpec("knee", repo, filepath.Join(dir, "ckpt-knee"), 29610, "2"),
 		"linear": autoscaleSpec("linear", repo, filepath.Join(dir, "ckpt-linear"), 29710, ""),
 	}
-	if err := os.WriteFile(cfg, []byte(autoscaleDaemonConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDevDaemonIn(t, bin, "", dataDir, freeAddr(t), "-config", cfg)
-	defer d.stop(t)
 	for name, src := range specs {
-		f := filepath.Join(dir, name+".hcl")
-		if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", f); code != 0 {
-			t.Fatalf("apply %s: %d\n%s\n%s", name, code, out, errOut)
-		}
+		applySpec(t, d, bin, dir, name, src)
 	}
 	defer func() {
 		if t.Failed() || os.Getenv("FLEETD_TEST_VERBOSE") != "" {

@@ -165,16 +165,23 @@ func (r chaosReport) counts() (injected, survived int, perKind map[faultKind][2]
 	return
 }
 
-func (r chaosReport) summary() string {
+// faultCounts are the faults injected and survived, and per kind
+// "KIND survived/injected" in allFaults' order.
+func (r chaosReport) faultCounts() (inj, surv int, kinds string) {
 	inj, surv, per := r.counts()
-	var kinds []string
+	var ks []string
 	for _, k := range allFaults {
 		if c, ok := per[k]; ok {
-			kinds = append(kinds, fmt.Sprintf("%s %d/%d", k, c[1], c[0]))
+			ks = append(ks, fmt.Sprintf("%s %d/%d", k, c[1], c[0]))
 		}
 	}
+	return inj, surv, strings.Join(ks, ", ")
+}
+
+func (r chaosReport) summary() string {
+	inj, surv, kinds := r.faultCounts()
 	return fmt.Sprintf("faults injected: %d of %d planned, survived: %d (%s); final step %d, %d rendezvous rounds, %d events, %d invariant samples, max %d live instances, %s",
-		inj, r.planned, surv, strings.Join(kinds, ", "), r.finalStep, r.rounds, r.events, r.samples, r.maxLive, r.duration.Round(100*time.Millisecond))
+		inj, r.planned, surv, kinds, r.finalStep, r.rounds, r.events, r.samples, r.maxLive, r.duration.Round(100*time.Millisecond))
 }
 
 type chaosTotals struct{ reports []chaosReport }
@@ -196,15 +203,9 @@ func (c *chaosTotals) summary() string {
 			steps++
 		}
 	}
-	inj, surv, per := all.counts()
-	var kinds []string
-	for _, k := range allFaults {
-		if c, ok := per[k]; ok {
-			kinds = append(kinds, fmt.Sprintf("%s %d/%d", k, c[1], c[0]))
-		}
-	}
+	inj, surv, kinds := all.faultCounts()
 	return fmt.Sprintf("faults injected: %d of %d planned, survived: %d (%s); %d of %d jobs completed at their step count, %d rendezvous rounds, %d events, %d invariant samples, max %d live instances, %s",
-		inj, all.planned, surv, strings.Join(kinds, ", "), steps, len(c.reports), all.rounds, all.events, all.samples, all.maxLive, all.duration.Round(100*time.Millisecond))
+		inj, all.planned, surv, kinds, steps, len(c.reports), all.rounds, all.events, all.samples, all.maxLive, all.duration.Round(100*time.Millisecond))
 }
 
 // chaosSpec is the fleet under test: 3 nodes of a 4-node maximum, many

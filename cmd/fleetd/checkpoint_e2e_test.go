@@ -121,18 +121,10 @@ func TestCheckpointsTravel(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", motoserver.SecretAccessKey)
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	dataDir := t.TempDir()
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	specFile := filepath.Join(t.TempDir(), "travel.hcl")
+	nodeDir := localNodeDir(t, dataDir)
 	spec := checkpointSpec(filepath.Join(repo, "examples", "trainer", "train.py"), "s3://ckpt/runs/travel"+params, "s3://no-such-bucket/p"+params)
-	if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, bin, dataDir, freeAddr(t))
+	d := startApplied(t, bin, dataDir, "travel", spec)
 	defer d.stop(t)
-	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
-		t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
-	}
 	defer func() {
 		if t.Failed() {
 			out, _, _ := d.cli(t, bin, "events")

@@ -488,23 +488,32 @@ func checkCompletion(t *testing.T, tc completionCase, got []string) {
 	}
 }
 
+// completionScript finds shell on PATH (the test skips without it), checks
+// `fleetd completion SHELL` against its golden file and writes it to a
+// file called name; dir is the completion test's working directory.
+func completionScript(t *testing.T, shell, name string) (shellPath, script, dir string) {
+	t.Helper()
+	shellPath, err := exec.LookPath(shell)
+	if err != nil {
+		t.Skip("no " + shell)
+	}
+	clearClientEnv(t)
+	out, _, code := runCmd("completion", shell)
+	if code != exitOK {
+		t.Fatal(code)
+	}
+	checkGolden(t, "completion."+shell+".golden", []byte(out))
+	dir = completionDir(t)
+	script = filepath.Join(t.TempDir(), name)
+	os.WriteFile(script, []byte(out), 0o644)
+	return shellPath, script, dir
+}
+
 // TestBashCompletion runs the script in bash, with `fleetd` a shell function
 // standing in for the daemon lookup (the lookup itself is
 // TestCompletionFleets).
 func TestBashCompletion(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
-	clearClientEnv(t)
-	out, _, code := runCmd("completion", "bash")
-	if code != exitOK {
-		t.Fatal(code)
-	}
-	dir := completionDir(t)
-	script := filepath.Join(t.TempDir(), "fleetd.bash")
-	os.WriteFile(script, []byte(out), 0o644)
-	checkGolden(t, "completion.bash.golden", []byte(out))
+	bash, script, dir := completionScript(t, "bash", "fleetd.bash")
 	for _, tc := range completionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			words := make([]string, len(tc.words))
@@ -531,19 +540,7 @@ func TestBashCompletion(t *testing.T) {
 // _describe and _files replaced by functions that print what they would
 // offer, so the dispatch logic is what is tested.
 func TestZshCompletion(t *testing.T) {
-	zsh, err := exec.LookPath("zsh")
-	if err != nil {
-		t.Skip("no zsh")
-	}
-	clearClientEnv(t)
-	out, _, code := runCmd("completion", "zsh")
-	if code != exitOK {
-		t.Fatal(code)
-	}
-	checkGolden(t, "completion.zsh.golden", []byte(out))
-	dir := completionDir(t)
-	script := filepath.Join(t.TempDir(), "_fleetd")
-	os.WriteFile(script, []byte(out), 0o644)
+	zsh, script, dir := completionScript(t, "zsh", "_fleetd")
 	if b, err := exec.Command(zsh, "-n", script).CombinedOutput(); err != nil {
 		t.Fatalf("zsh -n: %v: %s", err, b)
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
@@ -37,6 +39,17 @@ func (c *clientFlags) client() (*api.Client, error) {
 		opts.CACertPEM = b
 	}
 	return api.NewClient(c.addr, opts)
+}
+
+// interruptible is the daemon's client and a context that ends on an
+// interrupt (^C stops a wait); defer the stop it returns.
+func (c *clientFlags) interruptible() (*api.Client, context.Context, context.CancelFunc, error) {
+	cl, err := c.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	return cl, ctx, stop, nil
 }
 
 func envOr(k, def string) string {

@@ -14,29 +14,20 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 )
 
-// procsMatching returns the pids whose command line contains every needle.
+// procsMatching returns the pids of the live processes whose command line
+// contains every needle.
 func procsMatching(needles ...string) []int {
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+	for _, p := range scanProcs() {
 		ok := true
 		for _, n := range needles {
-			if !strings.Contains(cmd, n) {
+			if !strings.Contains(p.cmd, n) {
 				ok = false
 				break
 			}
 		}
-		if ok && !isZombie(pid) {
-			out = append(out, pid)
+		if ok {
+			out = append(out, p.pid)
 		}
 	}
 	return out
@@ -75,25 +66,12 @@ func killAll(needles ...string) {
 	}
 }
 
-const crashSpec = `
-fleet "crash" {
+var crashSpec = localFleet{name: "crash", sizes: `
   min_nodes     = 2
   max_nodes     = 4
-  desired_nodes = 3
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
-    zones = ["local-a", "local-b"]
-  }
-  training {
-    command = ["sleep", "600"]
-  }
-}
-`
+  desired_nodes = 3`, provider: `
+    zones = ["local-a", "local-b"]`, training: `
+    command = ["sleep", "600"]`}.hcl()
 
 // TestCrashDuringScaleUp SIGKILLs the daemon at several points of a
 // scale-up and restarts it: every run must end with exactly the target

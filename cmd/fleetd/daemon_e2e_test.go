@@ -70,6 +70,51 @@ func startDaemon(t *testing.T, bin, dataDir, addr string) *devDaemon {
 	return startDevDaemonIn(t, bin, "", dataDir, addr)
 }
 
+// startApplied runs a dev daemon on dataDir and applies src (written to
+// NAME.hcl); a failed apply stops the daemon. Defer its stop.
+func startApplied(t *testing.T, bin, dataDir, name, src string) *devDaemon {
+	t.Helper()
+	specFile := filepath.Join(t.TempDir(), name+".hcl")
+	if err := os.WriteFile(specFile, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, bin, dataDir, freeAddr(t))
+	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
+		d.stop(t)
+		t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
+	}
+	return d
+}
+
+// localFleet is the frame of the e2e tests' fleets: nodes of one GPU
+// colocated in one region on the local provider. The sizes and the blocks'
+// bodies are each test's own.
+type localFleet struct {
+	name     string
+	sizes    string // the *_nodes lines
+	provider string // the body of provider "local"
+	training string
+	// rendezvous is the rendezvous block's body; "" leaves the block out.
+	rendezvous string
+}
+
+func (f localFleet) hcl() string {
+	s := fmt.Sprintf("\nfleet %q {%s\n  node {\n    gpus = 1\n  }\n  placement {\n    colocate = \"region\"\n  }\n"+
+		"  provider \"local\" {%s\n  }\n  training {%s\n  }\n", f.name, f.sizes, f.provider, f.training)
+	if f.rendezvous != "" {
+		s += "  rendezvous {" + f.rendezvous + "\n  }\n"
+	}
+	return s + "}\n"
+}
+
+// localNodeDir is dataDir's local provider directory; the node processes
+// under it are killed when t ends, even after a failure half-way.
+func localNodeDir(t *testing.T, dataDir string) string {
+	nodeDir := filepath.Join(dataDir, "local")
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	return nodeDir
+}
+
 func (d *devDaemon) stop(t *testing.T) {
 	t.Helper()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
@@ -94,6 +139,13 @@ func runFleetd(t *testing.T, bin, addr, token string, args ...string) (string, s
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "FLEETD_ADDR="+addr, "FLEETD_TOKEN="+token)
+	return runCLI(t, cmd)
+}
+
+// runCLI runs cmd and returns its stdout, stderr and exit code; a command
+// that cannot run fails t.
+func runCLI(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

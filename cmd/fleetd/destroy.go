@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -36,11 +35,10 @@ func destroy(args []string, in io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	name := rest[0]
-	c, err := cf.client()
+	c, ctx, stop, err := cf.interruptible()
 	if err != nil {
 		return exitCode(stderr, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if !*auto {
 		// Look the fleet up first: an unknown name fails here, before any

@@ -39,15 +39,13 @@ func runFmt(args []string, stdout, stderr io.Writer) int {
 	flags.BoolVar(&o.check, "check", false, "change no file; list unformatted files and exit 1 if there are any")
 	flags.BoolVar(&o.diff, "diff", false, "print a unified diff of the changes")
 	flags.BoolVar(&o.recursive, "recursive", false, "also format *.hcl files in subdirectories of a DIR argument")
-	flags.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fleetd fmt [-check] [-diff] [-recursive] FILE|DIR|- ...")
-		fmt.Fprintln(stderr, "\nRewrites HCL files in canonical layout and lists the files it changed.")
-		fmt.Fprintln(stderr, "A DIR argument means its *.hcl files; - reads stdin and writes stdout.")
-		fmt.Fprintln(stderr, "Exit status: 0 done (or, with -check, all formatted), 1 unformatted files")
-		fmt.Fprintln(stderr, "with -check or an I/O error, 2 a file does not parse or usage error.")
-		fmt.Fprintln(stderr)
-		flags.PrintDefaults()
-	}
+	setUsage(flags, stderr,
+		"Usage: fleetd fmt [-check] [-diff] [-recursive] FILE|DIR|- ...",
+		"\nRewrites HCL files in canonical layout and lists the files it changed.",
+		"A DIR argument means its *.hcl files; - reads stdin and writes stdout.",
+		"Exit status: 0 done (or, with -check, all formatted), 1 unformatted files",
+		"with -check or an I/O error, 2 a file does not parse or usage error.",
+	)
 	paths, err := parseInterleaved(flags, args)
 	if err != nil {
 		return exitUsage

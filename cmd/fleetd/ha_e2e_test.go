@@ -195,16 +195,7 @@ func TestHAThreeServers(t *testing.T) {
 	var det api.FleetDetail
 	running := func(addrs string) bool {
 		out, _, code := cli(addrs, "status", "-json", "ha")
-		if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
-			return false
-		}
-		n := 0
-		for _, x := range det.Nodes {
-			if x.State == "running" {
-				n++
-			}
-		}
-		return n == 2
+		return nodesRunning(out, code, &det, 2)
 	}
 	waitUntil(t, "2 nodes running", 90*time.Second, func() bool { return running(followers[1].url) })
 	before := map[string]string{}
@@ -356,6 +347,21 @@ func TestHAThreeServers(t *testing.T) {
 		}
 	}()
 	waitUntil(t, "nodes terminated", 60*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
+}
+
+// nodesRunning decodes the output of `fleetd status -json FLEET` into det
+// and reports whether want of its nodes are running.
+func nodesRunning(out string, code int, det *api.FleetDetail, want int) bool {
+	if code != 0 || json.Unmarshal([]byte(out), det) != nil {
+		return false
+	}
+	n := 0
+	for _, x := range det.Nodes {
+		if x.State == "running" {
+			n++
+		}
+	}
+	return n == want
 }
 
 // writeHASpec writes the fleet the HA tests run: two local nodes sleeping

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,16 +86,7 @@ cluster {
 	var det api.FleetDetail
 	running := func() bool {
 		out, _, code := runFleetd(t, bin, addrs, token, "status", "-json", "ext")
-		if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
-			return false
-		}
-		n := 0
-		for _, x := range det.Nodes {
-			if x.State == "running" {
-				n++
-			}
-		}
-		return n == 2
+		return nodesRunning(out, code, &det, 2)
 	}
 	waitUntil(t, "2 nodes running", 90*time.Second, running)
 	before := map[string]string{}

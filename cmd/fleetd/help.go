@@ -210,6 +210,18 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// setUsage makes fs's usage the text (a line per element), a blank line
+// and the flags.
+func setUsage(fs *flag.FlagSet, w io.Writer, text ...string) {
+	fs.Usage = func() {
+		for _, l := range text {
+			fmt.Fprintln(w, l)
+		}
+		fmt.Fprintln(w)
+		fs.PrintDefaults()
+	}
+}
+
 // commandFlags runs a command (name may be "group sub") with -h only to
 // learn its flag set; nil when it has no flags. Every command parses its
 // flags before doing anything, so -h has no other effect.

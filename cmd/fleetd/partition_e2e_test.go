@@ -156,37 +156,22 @@ func (p *faultProxy) close() {
 }
 
 func partitionSpec(repo, ckpt, prefix string, steps, masterPort int, deadAfter time.Duration) string {
-	return fmt.Sprintf(`
-fleet "part" {
+	return localFleet{name: "part", sizes: `
   min_nodes     = 2
   max_nodes     = 3
-  desired_nodes = 3
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
+  desired_nodes = 3`, provider: fmt.Sprintf(`
     zones          = ["part-a", "part-b"]
-    address_prefix = %q
-  }
-  training {
+    address_prefix = %q`, prefix), training: fmt.Sprintf(`
     command        = ["python3", "examples/trainer/train.py", "--steps", "%d", "--step-time", "0.05", "--op-timeout", "5", "--ckpt-every", "1"]
     workdir        = %q
     nproc_per_node = 1
     max_restarts   = 100
     master_port    = %d
     drain_grace    = "4s"
-    checkpoint_uri = "file://%s"
-  }
-  rendezvous {
+    checkpoint_uri = "file://%s"`, steps, repo, masterPort, ckpt), rendezvous: fmt.Sprintf(`
     last_call  = "1s"
     heartbeat  = "1s"
-    dead_after = %q
-  }
-}
-`, prefix, steps, repo, masterPort, ckpt, deadAfter)
+    dead_after = %q`, deadAfter)}.hcl()
 }
 
 // TestPartitionAgentsFromDaemon cuts the link between the nodes' agents

@@ -24,39 +24,26 @@ func haveTorch() bool {
 	return exec.Command(torchPython, "-c", "import torch, torch.distributed").Run() == nil
 }
 
+// pytorchSpec: max_nodes 4, so the replacement (3 < 4) waits last_call
+// and the world-size-2 phase stays observable.
 func pytorchSpec(repo, ckpt string, steps int) string {
-	return fmt.Sprintf(`
-fleet "ddp" {
+	return localFleet{name: "ddp", sizes: `
   min_nodes     = 2
-  max_nodes     = 4 # the replacement (3 < 4) waits last_call: the world-size-2 phase stays observable
-  desired_nodes = 3
-  node {
-    gpus = 1
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "local" {
+  max_nodes     = 4
+  desired_nodes = 3`, provider: `
     zones       = ["local-a", "local-b"]
-    notice_lead = "20s"
-  }
-  training {
+    notice_lead = "20s"`, training: fmt.Sprintf(`
     command        = [%q, "examples/pytorch/ddp_train.py", "--steps", "%d", "--step-time", "0.05", "--timeout", "20"]
     workdir        = %q
     nproc_per_node = 1
     max_restarts   = 20
     drain_grace    = "10s"
-    checkpoint_uri = "file://%s"
-  }
-  rendezvous {
+    checkpoint_uri = "file://%s"`, torchPython, steps, repo, ckpt), rendezvous: `
     # Replacements join at the next round boundary after last_call: long
     # enough here that the world-size-2 phase is observable.
     last_call  = "20s"
     heartbeat  = "1s"
-    dead_after = "4s"
-  }
-}
-`, torchPython, steps, repo, ckpt)
+    dead_after = "4s"`}.hcl()
 }
 
 type ddpProgress struct {
@@ -124,18 +111,10 @@ func TestPyTorchFleetSurvivesInterruptions(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	nodeDir := localNodeDir(t, dataDir)
 	const steps = 500
-	specFile := filepath.Join(t.TempDir(), "ddp.hcl")
-	if err := os.WriteFile(specFile, []byte(pytorchSpec(repo, ckpt, steps)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, bin, dataDir, freeAddr(t))
+	d := startApplied(t, bin, dataDir, "ddp", pytorchSpec(repo, ckpt, steps))
 	defer d.stop(t)
-	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", specFile); code != 0 {
-		t.Fatalf("apply: %d\n%s\n%s", code, out, errOut)
-	}
 	defer func() {
 		if t.Failed() || os.Getenv("FLEETD_TEST_VERBOSE") != "" {
 			out, _, _ := d.cli(t, bin, "events")

@@ -139,20 +139,12 @@ func TestSecurityTLSDaemonE2E(t *testing.T) {
 			cl := exec.Command(bin, "status", "-json")
 			cl.Env = append(os.Environ(), "FLEETD_ADDR=https://"+addr, "FLEETD_TOKEN="+tok, "FLEETD_CA_FINGERPRINT=", "FLEETD_CACERT=")
 			cl.Env = append(cl.Env, c.env...)
-			var out, errb bytes.Buffer
-			cl.Stdout, cl.Stderr = &out, &errb
-			err := cl.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
+			out, errOut, code := runCLI(t, cl)
+			if code != c.code || !strings.Contains(errOut, c.stderr) {
+				t.Fatalf("exit %d (want %d), stderr %q (want it to mention %q)", code, c.code, errOut, c.stderr)
 			}
-			if code != c.code || !strings.Contains(errb.String(), c.stderr) {
-				t.Fatalf("exit %d (want %d), stderr %q (want it to mention %q)", code, c.code, errb.String(), c.stderr)
-			}
-			if code == 0 && !strings.Contains(out.String(), `"daemon_id"`) {
-				t.Fatalf("status output: %s", out.String())
+			if code == 0 && !strings.Contains(out, `"daemon_id"`) {
+				t.Fatalf("status output: %s", out)
 			}
 		})
 	}

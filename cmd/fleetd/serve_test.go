@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,38 +8,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 )
 
-// serveOut collects what an in-process serve writes.
-type serveOut struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *serveOut) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *serveOut) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// runServeInProcess runs serve with args until the test stops it. It
-// returns once the startup lines are out (their last line names the
-// dashboard), with the stdout and stderr collected so far and the stop
-// function (which waits for serve to return and reports its exit code).
-func runServeInProcess(t *testing.T, args ...string) (stdout, stderr *serveOut, stop func() int) {
+func runServeInProcess(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
 	t.Helper()
-	stdout, stderr = &serveOut{}, &serveOut{}
+	stdout, stderr = &syncBuffer{}, &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() { done <- serve(ctx, args, stdout, stderr) }()

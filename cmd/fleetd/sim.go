@@ -65,13 +65,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	var vars varFlag
 	varFiles := registerVars(fs, &vars)
 	wl := addWorkloadFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fleetd sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]")
-		fmt.Fprintln(stderr, "\nRuns fleetd's reconciler, placement and deadline policies in virtual time over a spot")
-		fmt.Fprintln(stderr, "trace, for many start windows, and compares them with baselines and the omniscient optimum.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"Usage: fleetd sim -spec FILE [-trace DIR] [-start T,...] [-windows N] [-seed S] [-json] [flags]",
+		"\nRuns fleetd's reconciler, placement and deadline policies in virtual time over a spot",
+		"trace, for many start windows, and compares them with baselines and the omniscient optimum.",
+	)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}

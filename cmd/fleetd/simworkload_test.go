@@ -10,25 +10,38 @@ import (
 	"github.com/fleetd/fleetd/fleet/simulate/multijob"
 )
 
+// workloadJSON is the part of `fleetd sim -workload -json` the tests read.
+type workloadJSON struct {
+	Setting string `json:"setting"`
+	Results []struct {
+		Policy     string  `json:"policy"`
+		AvgJCT     float64 `json:"avg_jct_seconds"`
+		Cost       float64 `json:"cost"`
+		Unfinished int     `json:"unfinished"`
+	} `json:"results"`
+}
+
+// simWorkloadJSON runs the sim with args and -json, and decodes its report
+// (returned with the output).
+func simWorkloadJSON(t *testing.T, args []string) (workloadJSON, string) {
+	t.Helper()
+	out, errOut, code := runCmd(append(args, "-json")...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep workloadJSON
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	return rep, out
+}
+
 // TestSimWorkload runs `fleetd sim -workload` on the hand-made
 // applications of fleet/simulate/multijob and on a bad pool.
 func TestSimWorkload(t *testing.T) {
 	dir := filepath.Join("..", "..", "fleet", "simulate", "multijob", "testdata")
 	args := []string{"sim", "-workload", filepath.Join(dir, "linflat.csv"), "-apps", filepath.Join(dir, "apps"), "-pool", "1x8"}
-	out, errOut, code := runCmd(append(args, "-json")...)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var rep struct {
-		Results []struct {
-			Policy     string  `json:"policy"`
-			AvgJCT     float64 `json:"avg_jct_seconds"`
-			Unfinished int     `json:"unfinished"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v in %s", err, out)
-	}
+	rep, out := simWorkloadJSON(t, args)
 	if len(rep.Results) != len(multijob.Policies) {
 		t.Fatalf("%d policies, want %d: %s", len(rep.Results), len(multijob.Policies), out)
 	}
@@ -38,7 +51,7 @@ func TestSimWorkload(t *testing.T) {
 		}
 	}
 	charts := t.TempDir()
-	out, _, code = runCmd(append(args, "-policies", "fifo", "-chart", charts)...)
+	out, _, code := runCmd(append(args, "-policies", "fifo", "-chart", charts)...)
 	if code != exitOK || !strings.Contains(out, "fifo") || strings.Contains(out, "Pollux") {
 		t.Fatalf("text report (exit %d):\n%s", code, out)
 	}
@@ -58,21 +71,7 @@ func TestSimWorkloadCloud(t *testing.T) {
 	dir := filepath.Join("..", "..", "fleet", "simulate", "multijob", "testdata")
 	args := []string{"sim", "-workload", filepath.Join(dir, "linflat.csv"), "-apps", filepath.Join(dir, "apps"), "-pool", "1x8",
 		"-setting", "cloud", "-trace", filepath.Join(dir, "trace"), "-capacity-scale", "4", "-budget", "3"}
-	out, errOut, code := runCmd(append(args, "-json")...)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var rep struct {
-		Setting string `json:"setting"`
-		Results []struct {
-			Policy     string  `json:"policy"`
-			Cost       float64 `json:"cost"`
-			Unfinished int     `json:"unfinished"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v in %s", err, out)
-	}
+	rep, out := simWorkloadJSON(t, args)
 	if rep.Setting != "cloud" || len(rep.Results) != len(multijob.CloudPolicies) || rep.Results[len(rep.Results)-1].Policy != "per-fleet" {
 		t.Fatalf("setting %q, results %+v", rep.Setting, rep.Results)
 	}
@@ -81,7 +80,7 @@ func TestSimWorkloadCloud(t *testing.T) {
 			t.Errorf("%s: %d unfinished, $%v", r.Policy, r.Unfinished, r.Cost)
 		}
 	}
-	out, _, code = runCmd(append(args, "-policies", "per-fleet")...)
+	out, _, code := runCmd(append(args, "-policies", "per-fleet")...)
 	if code != exitOK || !strings.Contains(out, "$/job") || !strings.Contains(out, "$3.00/h per project") {
 		t.Fatalf("text report (exit %d):\n%s", code, out)
 	}

@@ -149,13 +149,11 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	varFiles := registerVars(fs, &vars)
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout")
 	noColor := fs.Bool("no-color", false, "never colour diagnostics")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fleetd validate [-var NAME=VALUE ...] [-var-file FILE] [-json] FILE")
-		fmt.Fprintln(stderr, "\nChecks a fleet spec and prints every problem with its position.")
-		fmt.Fprintln(stderr, "Exit status: 0 valid (warnings allowed), 2 errors in the spec or usage.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, stderr,
+		"Usage: fleetd validate [-var NAME=VALUE ...] [-var-file FILE] [-json] FILE",
+		"\nChecks a fleet spec and prints every problem with its position.",
+		"Exit status: 0 valid (warnings allowed), 2 errors in the spec or usage.",
+	)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage

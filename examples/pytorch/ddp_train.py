@@ -310,13 +310,9 @@ class Run(StepEnd):
             self.samples += per_rank * self.world_size
             self.report_progress()
             end = self.after_step(self.rank, flags[0].item() > 0, flags[1].item() > 0)
-            if end == "done":
-                break
-            if end == "stop":
-                return True
-        self.save("done")
-        self.write_done()
-        return False
+            if end is not None:
+                return self.end_run(end)
+        return self.end_run("done")
 
 
 def read_request():

@@ -674,13 +674,9 @@ class Trainer(StepEnd):
                  loss=self.loss)
             self.report_progress()
             end = self.after_step(self.env.rank, upd["stop"], upd["drain"])
-            if end == "done":
-                break
-            if end == "stop":
-                return True
-        self.save("done")
-        self.write_done()
-        return False
+            if end is not None:
+                return self.end_run(end)
+        return self.end_run("done")
 
     def close(self):
         for c in self.peers + ([self.master] if self.master else []):

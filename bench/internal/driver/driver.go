@@ -68,21 +68,24 @@ type Run struct {
 	// Keep keeps the work directory at End; so does Failed (set by the
 	// benchmark when a system errs or a scenario does not recover).
 	Keep, Failed bool
+	stop         context.CancelFunc
 }
 
 // Begin makes the run's work directory and a context that ends on an
-// interrupt or SIGTERM. Defer stop and End.
-func Begin(prog string, keep bool) (r *Run, ctx context.Context, stop context.CancelFunc, err error) {
+// interrupt or SIGTERM (or at End). Defer End.
+func Begin(prog string, keep bool) (*Run, context.Context, error) {
 	work, err := os.MkdirTemp("", "fleetd-bench-"+prog+"-")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	return &Run{Prog: prog, Work: work, Keep: keep}, ctx, stop, nil
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return &Run{Prog: prog, Work: work, Keep: keep, stop: stop}, ctx, nil
 }
 
-// End removes the work directory, or says where the logs are kept.
+// End ends the run's context and removes the work directory, or says
+// where the logs are kept.
 func (r *Run) End() {
+	r.stop()
 	if r.Keep || r.Failed {
 		fmt.Printf("%s: logs kept in %s\n", r.Prog, r.Work)
 		return

@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,12 +143,7 @@ func (t *Torchrun) pump(name string, r io.ReadCloser, logf io.Writer) {
 func (t *Torchrun) Live() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []string
-	for n := range t.nodes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(t.nodes))
 }
 
 // Kill powers a node off: SIGKILL to its whole session.

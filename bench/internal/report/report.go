@@ -213,6 +213,21 @@ func (r *Reporter) Summary(title string) int {
 	return failed
 }
 
+// Finish ends a benchmark program's report: the summary (Summary), the
+// figures written to jsonOut when it is set (a failed write is said on
+// stderr, the figures stand), and a line saying how many missed, which it
+// returns.
+func (r *Reporter) Finish(title, jsonOut string) int {
+	failed := r.Summary(title)
+	if jsonOut != "" {
+		if err := r.WriteJSON(jsonOut); err != nil {
+			fmt.Fprintln(os.Stderr, "write json:", err)
+		}
+	}
+	fmt.Fprintf(r.w, "%s: %d figure(s) missed their target\n", title, failed)
+	return failed
+}
+
 // WriteJSON saves the figures (with their verdicts) to path.
 func (r *Reporter) WriteJSON(path string) error {
 	type out struct {

@@ -2,7 +2,11 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +108,41 @@ func TestQuantile(t *testing.T) {
 	}
 	if Quantile(nil, 0.5) != 0 {
 		t.Error("Quantile of nothing is not 0")
+	}
+}
+
+// TestFinish: the summary, the JSON file and the closing count, which it
+// returns (a program exits 1 on more than none).
+func TestFinish(t *testing.T) {
+	t.Setenv(ForceMissEnv, "")
+	for _, tc := range []struct {
+		name     string
+		add      func(r *Reporter)
+		wantMiss int
+	}{
+		{"all pass", func(r *Reporter) { r.Check("p.a", 1, "s", AtMost, 5); r.Info("p.b", 2, "x") }, 0},
+		{"one miss", func(r *Reporter) { r.Check("p.a", 9, "s", AtMost, 5); r.Missing("p.c", "s", AtMost, 5, "gone") }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			r := New(&buf)
+			tc.add(r)
+			file := filepath.Join(t.TempDir(), "p.json")
+			if n := r.Finish("prog", file); n != tc.wantMiss {
+				t.Errorf("Finish = %d, want %d", n, tc.wantMiss)
+			}
+			want := "==== prog: summary ====\n"
+			if !strings.Contains(buf.String(), want) || !strings.HasSuffix(buf.String(), fmt.Sprintf("prog: %d figure(s) missed their target\n", tc.wantMiss)) {
+				t.Errorf("output lacks the summary or the closing count:\n%s", buf.String())
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rows []map[string]any
+			if err := json.Unmarshal(b, &rows); err != nil || len(rows) != len(r.Figures()) {
+				t.Errorf("JSON %s: %d rows (err %v), want %d", b, len(rows), err, len(r.Figures()))
+			}
+		})
 	}
 }
