@@ -79,7 +79,7 @@ func (p *pool) observeSpend(ctx context.Context, fleets []state.Fleet, specs map
 	}
 	alerts := l.Alerts(now, func(kind, name string) (budget.Limits, bool) {
 		if kind == "project" {
-			p, ok := c.opts.Projects.Get(name)
+			p, ok := c.opts.ProjectsNow().Get(name)
 			if !ok || p.Budget == nil {
 				return budget.Limits{}, false
 			}
