@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -99,6 +101,16 @@ func TestProjectScopedTokens(t *testing.T) {
 			t.Errorf("event %s of %q shown to a token of project a", e.Type, e.Fleet)
 		}
 	}
+	// The event stream too (the dashboard follows it).
+	streamed := readStream(t, td.URL()+"/v1/events/stream?since=0", tc.Token, time.Second)
+	if len(streamed) == 0 {
+		t.Error("the stream sent no event of fa")
+	}
+	for _, e := range streamed {
+		if e.Fleet != "fa" {
+			t.Errorf("streamed event %s of %q to a token of project a", e.Type, e.Fleet)
+		}
+	}
 	var pr api.ProjectsResponse
 	if err := ca.Do(ctx, http.MethodGet, "/v1/projects", nil, nil, &pr); err != nil || len(pr.Projects) != 1 || pr.Projects[0].Name != "a" {
 		t.Errorf("projects %+v (%v), want only a", pr.Projects, err)
@@ -128,7 +140,6 @@ func TestProjectScopedTokens(t *testing.T) {
 		{"take over another project's fleet name", "POST", "/v1/fleets", api.ApplyRequest{Filename: "x.hcl", Source: projectSpec("fb", "a", 1, 1)}, `fleet "fb" already exists in project "b"`},
 		{"the default project", "POST", "/v1/fleets", api.ApplyRequest{Filename: "x.hcl", Source: projectSpec("fd", "", 1, 1)}, `is in project "default"`},
 		{"metrics", "GET", "/metrics", nil, "daemon-wide"},
-		{"event stream", "GET", "/v1/events/stream", nil, "daemon-wide"},
 		{"offerings", "POST", "/v1/offerings", api.ApplyRequest{Filename: "x.hcl", Source: projectSpec("fa", "a", 1, 1)}, "daemon-wide"},
 		{"project changes", "PUT", "/v1/projects/a", api.ProjectRequest{QuotaGPUs: 4, MaxGPUs: 4}, "needs admin"},
 	} {
@@ -295,6 +306,35 @@ func TestProjectAdminChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "project d from the store", projectsCacheTTL+3*time.Second, func() bool { _, ok := get("d"); return ok })
+}
+
+// readStream reads an SSE stream for d and returns its events.
+func readStream(t *testing.T, url, tok string, d time.Duration) []state.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream: HTTP %d", resp.StatusCode)
+	}
+	var evs []state.Event
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var e state.Event
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				t.Fatalf("stream data %q: %v", data, err)
+			}
+			evs = append(evs, e)
+		}
+	}
+	return evs
 }
 
 // projectsDaemonAt is a test daemon of cfg on dataDir with a fresh

@@ -264,6 +264,7 @@ var projectScopes = map[string]scopeKind{
 	"GET /v1/status":        scopeFiltered,
 	"GET /v1/fleets":        scopeFiltered,
 	"GET /v1/events":        scopeFiltered,
+	"GET /v1/events/stream": scopeFiltered,
 	"GET /v1/projects":      scopeFiltered,
 	"GET /v1/queue":         scopeFiltered,
 	"POST /v1/plan":         scopeTrain, // the spec is train's
