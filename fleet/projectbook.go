@@ -185,7 +185,15 @@ func budgetText(p projects.Project) string {
 	if p.Budget == nil {
 		return ""
 	}
-	return fmt.Sprintf(", budget $%g/h, $%g total, on_exhausted %s", p.Budget.PerHour, p.Budget.Total, p.Budget.OnExhausted)
+	var parts []string
+	if p.Budget.PerHour > 0 {
+		parts = append(parts, fmt.Sprintf("$%g/h", p.Budget.PerHour))
+	}
+	if p.Budget.Total > 0 {
+		parts = append(parts, fmt.Sprintf("$%g total", p.Budget.Total))
+	}
+	parts = append(parts, "on_exhausted "+string(p.Budget.OnExhausted))
+	return ", budget " + strings.Join(parts, ", ")
 }
 
 // Delete removes a project (daemon.hcl's or an admin's). It refuses,

@@ -340,6 +340,12 @@ func saveScreenshot(t *testing.T, browser context.Context, path string) {
 // d's dashboard with its token. The browser ends when ctx does.
 func openDashboard(t *testing.T, ctx context.Context, d *devDaemon, height int) context.Context {
 	t.Helper()
+	return openDashboardAs(t, ctx, d.addr, d.token, height)
+}
+
+// openDashboardAs is openDashboard presenting token.
+func openDashboardAs(t *testing.T, ctx context.Context, addr, token string, height int) context.Context {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
@@ -348,7 +354,7 @@ func openDashboard(t *testing.T, ctx context.Context, d *devDaemon, height int) 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	browser, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
-	if err := chromedp.Do(browser, chromedp.Navigate(d.addr+"/#token="+d.token)); err != nil {
+	if err := chromedp.Do(browser, chromedp.Navigate(addr+"/#token="+token)); err != nil {
 		t.Fatalf("open dashboard: %v", err)
 	}
 	return browser
