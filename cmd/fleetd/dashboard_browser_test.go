@@ -320,6 +320,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	d.stop(t)
 }
 
+// waitDashboard evaluates js (returning a T) in the page until cond holds
+// or timeout passes, and returns the last state read.
+func waitDashboard[T any](t *testing.T, browser context.Context, js string, timeout time.Duration, what string, cond func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := chromedp.Run(browser, chromedp.Evaluate[T](js))
+		if err != nil {
+			t.Fatalf("read page: %v", err)
+		}
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page never showed %s; last state %+v", what, s)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func saveScreenshot(t *testing.T, browser context.Context, path string) {
 	t.Helper()
 	// Quality 100 makes chromedp capture PNG.

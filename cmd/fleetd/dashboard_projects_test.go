@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // projectsPage is what the test reads from the dashboard's projects view.
@@ -108,24 +106,9 @@ allocation {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	var ps projectsPage
 	waitPage := func(browser context.Context, what string, cond func(projectsPage) bool) {
 		t.Helper()
-		deadline := time.Now().Add(45 * time.Second)
-		for {
-			s, err := chromedp.Run(browser, chromedp.Evaluate[projectsPage](readProjectsPage))
-			if err != nil {
-				t.Fatalf("read page: %v", err)
-			}
-			ps = s
-			if cond(ps) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("page never showed %s; last state %+v", what, ps)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		waitDashboard(t, browser, readProjectsPage, 45*time.Second, what, cond)
 	}
 
 	browser := openDashboard(t, ctx, d, 1300)
