@@ -3,16 +3,21 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/fleet/projects"
+	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -36,6 +41,8 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 		dir := t.TempDir()
 		cfg := DefaultConfig()
 		cfg.Listen, cfg.DataDir, cfg.TokenFile, cfg.Cluster = "127.0.0.1:0", dir, filepath.Join(dir, "token"), cl
+		cfg.Projects = projects.Config{Projects: []projects.Project{{Name: "vision", QuotaGPUs: 1, MaxGPUs: 4,
+			Budget: &budget.Limits{Total: 100, WarnAt: 0.8, OnExhausted: budget.Pause}}}}
 		if err := cfg.Finish(); err != nil {
 			t.Fatal(err)
 		}
@@ -92,6 +99,44 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 		if resp := do(c.method, c.path); resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("%s %s on a follower without a leader: HTTP %d, want 503", c.method, c.path, resp.StatusCode)
 		}
+	}
+
+	// Projects: each project's use from its live nodes, and its spend from
+	// the ledger the leader last saved, both read from etcd.
+	if _, err := a.Apply(ctx, api.ApplyRequest{Filename: "pa.hcl", Source: projectSpec("pa", "vision", 1, 3), SkipCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+	err := a.store.Update(ctx, func(tx state.Tx) error {
+		for i := range 3 {
+			n := state.Node{ID: fmt.Sprintf("pa-%d", i), Fleet: "pa", State: state.NodeRunning, InstanceID: fmt.Sprintf("i-%d", i),
+				Offering: providers.Offering{Provider: providertest.MemName, GPUs: 1, PricePerHour: 1}}
+			if err := tx.PutNode(n); err != nil {
+				return err
+			}
+		}
+		var l budget.Ledger
+		l.Observe(time.Now(), "pa", "vision", budget.Spend{Spot: 12.5}, budget.Spend{Spot: 3})
+		b, err := l.Marshal()
+		if err != nil {
+			return err
+		}
+		return tx.SetMeta(budget.MetaKey, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := do(http.MethodGet, "/v1/projects")
+	var pr api.ProjectsResponse
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(followerReadHeader) == "" || json.NewDecoder(resp.Body).Decode(&pr) != nil {
+		t.Fatalf("GET /v1/projects on a follower without a leader: HTTP %d %q", resp.StatusCode, resp.Header.Get(followerReadHeader))
+	}
+	i := slices.IndexFunc(pr.Projects, func(p api.Project) bool { return p.Name == "vision" })
+	if i < 0 {
+		t.Fatalf("projects from the follower: %+v", pr.Projects)
+	}
+	if v := pr.Projects[i]; v.UsedGPUs != 3 || v.BorrowedGPUs != 2 || !slices.Contains(v.Fleets, "pa") || v.Budget == nil ||
+		v.Budget.SpentUSD < 12.5 || v.Budget.SpentUSD > 12.6 || v.Budget.BurnPerHour != 3 {
+		t.Errorf("project vision from the follower: %+v (budget %+v); want 3 GPUs used, 2 borrowed, $12.50 spent at $3/h", v, v.Budget)
 	}
 
 	// A leader is elected but cannot be reached (its URL refuses): reads

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/fleet/projects"
+	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
@@ -33,12 +35,23 @@ func (pa projectsAPI) decision() allocator.Decision {
 }
 
 // projectsHandler is GET /v1/projects: each project's quota, use,
-// borrowing, queue and budget. A project-limited token sees its own.
+// borrowing, queue and budget. A project-limited token sees its own. A
+// follower answering without a leader reads the use from the store.
 func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
 	d := pa.d
 	projs := d.projects.Config()
 	unlimited, priority := map[string]bool{}, map[string]int{}
 	dec := pa.decision()
+	budgetOf := func(name string, lim budget.Limits) budget.Status { return d.ctrl.BudgetStatus("project", name, lim) }
+	if d.cl != nil && !d.cl.isLeader() {
+		stored, ledger, err := pa.storedUse(r.Context(), projs)
+		if err != nil {
+			d.apiFail(w, err)
+			return
+		}
+		dec = stored
+		budgetOf = func(name string, lim budget.Limits) budget.Status { return ledger.ProjectStatus(name, lim, d.now()) }
+	}
 	for _, u := range dec.Projects {
 		p, _ := projs.Get(u.Name)
 		unlimited[u.Name], priority[u.Name] = p.Unlimited, p.Priority
@@ -48,7 +61,7 @@ func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
 		if !ok || p.Budget == nil {
 			return budget.Status{}, false
 		}
-		return d.ctrl.BudgetStatus("project", name, *p.Budget), true
+		return budgetOf(name, *p.Budget), true
 	})
 	// The settings are the projects' as of now: an admin's change shows
 	// at once, before the next allocation pass uses it.
@@ -73,7 +86,7 @@ func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
 		if !shown[p.Name] {
 			rp := api.Project{Name: p.Name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, Priority: p.Priority, Source: d.projects.Source(p.Name), Fleets: []string{}}
 			if p.Budget != nil {
-				rp.Budget = api.BudgetFrom(d.ctrl.BudgetStatus("project", p.Name, *p.Budget))
+				rp.Budget = api.BudgetFrom(budgetOf(p.Name, *p.Budget))
 			}
 			resp.Projects = append(resp.Projects, rp)
 		}
@@ -82,6 +95,75 @@ func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
 		resp.Projects = slices.DeleteFunc(resp.Projects, func(p api.Project) bool { return p.Name != scope })
 	}
 	api.WriteJSON(w, http.StatusOK, resp)
+}
+
+// storedUse is the projects' use as the shared store has it, for a
+// follower answering while no leader can be reached: the GPUs of each
+// project's live nodes (borrowed and lent by the allocator's rule) and the
+// spend in the ledger the leader last saved (at most 30 s old; an alert or
+// an egress charge saves it at once). The queue lives in the leader's
+// memory and is not shown.
+func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (allocator.Decision, *budget.Ledger, error) {
+	d := pa.d
+	dec := allocator.Decision{Now: d.now(), PoolGPUs: projs.Pool()}
+	used := map[string]int{}
+	var ledger *budget.Ledger
+	err := d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		if ledger, err = budget.Load(tx); err != nil {
+			return err
+		}
+		fleets, err := tx.Fleets()
+		if err != nil {
+			return err
+		}
+		for _, f := range fleets {
+			fl, err := d.fleetSpec(f)
+			if err != nil || f.Destroying || f.Completed {
+				continue
+			}
+			nodes, err := tx.Nodes(f.Name)
+			if err != nil {
+				return err
+			}
+			live := 0
+			for _, n := range nodes {
+				if reconcile.Live(n.State) {
+					live++
+				}
+			}
+			proj := fl.ProjectName()
+			used[proj] += live * max(fl.Node.GPUs, 0)
+			dec.Fleets = append(dec.Fleets, allocator.Allocation{Fleet: f.Name, Project: proj, From: live})
+		}
+		return nil
+	})
+	if err != nil {
+		return dec, nil, err
+	}
+	if ledger == nil {
+		ledger = &budget.Ledger{}
+	}
+	names := projs.Names()
+	borrowed := 0
+	for _, name := range names {
+		if p, _ := projs.Get(name); !p.Unlimited {
+			borrowed += max(used[name]-p.QuotaGPUs, 0)
+		}
+	}
+	for _, name := range names {
+		p, _ := projs.Get(name)
+		if p.Unlimited && used[name] == 0 && !slices.ContainsFunc(dec.Fleets, func(a allocator.Allocation) bool { return a.Project == name }) {
+			continue
+		}
+		u := allocator.ProjectUse{Name: name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, UsedGPUs: used[name]}
+		if !p.Unlimited {
+			u.BorrowedGPUs, u.LentGPUs = allocator.Lending(p.QuotaGPUs, used[name], &borrowed)
+			dec.UsedGPUs += used[name]
+		}
+		dec.Projects = append(dec.Projects, u)
+	}
+	return dec, ledger, nil
 }
 
 // queueHandler is GET /v1/queue: the waiting fleets in start order (a
