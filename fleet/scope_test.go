@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/api/schema"
 	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -228,6 +229,8 @@ func TestProjectAdminChanges(t *testing.T) {
 			code, msg, out := set(c.project, c.req)
 			if code == 200 {
 				msg = out.Action
+				validateJSON(t, "ProjectChanged", out)
+				validateJSON(t, "ProjectRequest", c.req)
 			}
 			if code != c.code || !strings.Contains(msg, c.want) {
 				t.Fatalf("HTTP %d %q, want %d containing %q", code, msg, c.code, c.want)
@@ -335,6 +338,22 @@ func readStream(t *testing.T, url, tok string, d time.Duration) []state.Event {
 		}
 	}
 	return evs
+}
+
+// validateJSON checks v, as the API encodes it, against def of the v1 schema.
+func validateJSON(t *testing.T, def string, v any) {
+	t.Helper()
+	val, err := schema.Compile(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := val.Validate(b); err != nil {
+		t.Errorf("%s does not match schema %s: %v", b, def, err)
+	}
 }
 
 // projectsDaemonAt is a test daemon of cfg on dataDir with a fresh

@@ -260,6 +260,8 @@ func (s *Server) RequireFleet(role Role, param string, h http.HandlerFunc) http.
 			return nil
 		case err != nil:
 			return &AuthError{http.StatusServiceUnavailable, fmt.Errorf("fleet %q: %w", name, err)}
+		case proj == "":
+			return ScopeError(p.Project, fmt.Sprintf("fleet %q's stored spec cannot be read, so its project is unknown", name))
 		case proj != p.Project:
 			return ScopeError(p.Project, fmt.Sprintf("fleet %q is in project %q", name, proj))
 		}
