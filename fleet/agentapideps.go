@@ -63,7 +63,3 @@ func (x agentDeps) CacheDir() string {
 	}
 	return filepath.Join(x.d.cfg.DataDir, "cache", "agents")
 }
-
-func (x agentDeps) CheckpointRestored(ctx context.Context, fleet, node string, bytes int64) {
-	x.d.chargeRestoreEgress(ctx, fleet, node, bytes)
-}

@@ -238,7 +238,7 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	if err != nil {
 		return api.Plan{}, err
 	}
-	if err := d.checkSpecScope(ctx, file); err != nil {
+	if err := d.scope.checkSpec(ctx, file); err != nil {
 		return api.Plan{}, err
 	}
 	if err := d.check.checkReachable(file); err != nil {
@@ -303,7 +303,7 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 	if err != nil {
 		return api.ApplyResponse{}, err
 	}
-	if err := d.checkSpecScope(ctx, file); err != nil {
+	if err := d.scope.checkSpec(ctx, file); err != nil {
 		return api.ApplyResponse{}, err
 	}
 	// Before anything else: nodes that could not reach the daemon would

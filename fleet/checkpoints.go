@@ -117,12 +117,13 @@ func checkpointMoves(m *placement.MoveCost, nodes int) []api.CheckpointMove {
 	return out
 }
 
-// chargeRestoreEgress charges a checkpoint restore's egress to the fleet's
+// CheckpointRestored (agentapi.Deps) charges a checkpoint restore's egress to the fleet's
 // and its project's budget: the bytes read × the egress price from the
 // store's location to the node's cloud and region (placement's table with
 // the spec's egress_per_gb). A store whose location is unknown (file://,
 // no region) or a free transfer charges nothing.
-func (d *Daemon) chargeRestoreEgress(ctx context.Context, fleetName, nodeID string, bytes int64) {
+func (x agentDeps) CheckpointRestored(ctx context.Context, fleetName, nodeID string, bytes int64) {
+	d := x.d
 	if bytes <= 0 {
 		return
 	}

@@ -102,7 +102,9 @@ type Daemon struct {
 	token    string
 	tokens   *scopedTokens // scoped tokens (tokens.go)
 	// projects are daemon.hcl's with the admin's stored changes (projectbook.go).
-	projects   *projectBook
+	projects *projectBook
+	// scope checks what tokens limited to a project reach (scope.go).
+	scope      fleetScope
 	nodeSecret []byte
 	ca         *CA
 	// agents are the agent binaries nodes download, by architecture;
@@ -238,7 +240,8 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d}, newProjectCollector(d))
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.tokens.verifyScopedToken
-	d.api.FleetProject = d.fleetProject
+	d.scope = fleetScope{store: d.store, spec: d.fleetSpec}
+	d.api.FleetProject = d.scope.fleetProject
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(d.rdzv.serveRendezvous))
 	d.mountRoutes(d.api.Extra)
 	// Observability: the event stream and /metrics need a read token (or

@@ -12,12 +12,16 @@ import (
 
 // Tokens limited to a project (docs/security.md): the API routes that
 // name a fleet ask fleetProject; apply and plan check every fleet of the
-// spec with checkSpecScope.
+// spec with checkSpec.
+type fleetScope struct {
+	store Store
+	spec  func(state.Fleet) (*spec.Fleet, error)
+}
 
 // fleetProject implements api.Server.FleetProject: the project of a
 // stored fleet, from its stored spec. An unreadable spec is in no
-// project, so a project-limited token never reaches it.
-func (d *Daemon) fleetProject(ctx context.Context, name string) (string, error) {
+// project (""), so a project-limited token never reaches it.
+func (d fleetScope) fleetProject(ctx context.Context, name string) (string, error) {
 	var f state.Fleet
 	if err := d.store.View(ctx, func(tx state.Tx) error {
 		var err error
@@ -26,17 +30,17 @@ func (d *Daemon) fleetProject(ctx context.Context, name string) (string, error) 
 	}); err != nil {
 		return "", fmt.Errorf("fleet %q: %w", name, err)
 	}
-	fl, err := d.fleetSpec(f)
+	fl, err := d.spec(f)
 	if err != nil {
 		return "", nil
 	}
 	return fl.ProjectName(), nil
 }
 
-// checkSpecScope refuses a spec a project-limited token may not plan or
+// checkSpec refuses a spec a project-limited token may not plan or
 // apply: a fleet of another project, or one whose name a fleet of
 // another project already holds (applying it would move that fleet).
-func (d *Daemon) checkSpecScope(ctx context.Context, file *spec.File) error {
+func (d fleetScope) checkSpec(ctx context.Context, file *spec.File) error {
 	proj := api.ProjectScope(ctx)
 	if proj == "" {
 		return nil
