@@ -51,7 +51,8 @@ func (x agentDeps) Kick() { x.d.ctrl.Kick() }
 func (x agentDeps) AgentBinaries() *bootstrap.AgentIndex { return x.d.agents.AgentIndex }
 
 func (x agentDeps) VerifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
-	return x.d.tokens.verifyScopedToken(ctx, tok)
+	p, err := x.d.tokens.verifyScopedToken(ctx, tok)
+	return p.Role, err
 }
 
 func (x agentDeps) Version() string { return x.d.opts.Version }

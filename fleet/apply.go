@@ -36,7 +36,7 @@ func (d *Daemon) parseRequest(req api.ApplyRequest) (*spec.File, error) {
 	// A new spec is checked against the daemon's projects; a stored one
 	// (Spec) is not: a project deleted while its fleets run must not
 	// stop their passes.
-	f, files, diags := d.parse(state.Fleet{Filename: filename, Source: []byte(req.Source), Vars: req.Vars, BaseDir: req.BaseDir, Files: req.Files, Env: req.Env}, &d.cfg.Projects)
+	f, files, diags := d.parse(state.Fleet{Filename: filename, Source: []byte(req.Source), Vars: req.Vars, BaseDir: req.BaseDir, Files: req.Files, Env: req.Env}, d.projects.Config())
 	if diags.HasErrors() {
 		return nil, specError(files, diags)
 	}
@@ -238,6 +238,9 @@ func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, erro
 	if err != nil {
 		return api.Plan{}, err
 	}
+	if err := d.scope.checkSpec(ctx, file); err != nil {
+		return api.Plan{}, err
+	}
 	if err := d.check.checkReachable(file); err != nil {
 		return api.Plan{}, err
 	}
@@ -298,6 +301,9 @@ func (d *Daemon) planScaling(fl *spec.Fleet, fp *api.FleetPlan) {
 func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResponse, error) {
 	file, err := d.parseRequest(req)
 	if err != nil {
+		return api.ApplyResponse{}, err
+	}
+	if err := d.scope.checkSpec(ctx, file); err != nil {
 		return api.ApplyResponse{}, err
 	}
 	// Before anything else: nodes that could not reach the daemon would

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,4 +115,48 @@ func checkpointMoves(m *placement.MoveCost, nodes int) []api.CheckpointMove {
 			RestoreSeconds: restore, Source: m.Egress.Source, AsOf: m.Egress.AsOf})
 	}
 	return out
+}
+
+// CheckpointRestored (agentapi.Deps) charges a checkpoint restore's egress to the fleet's
+// and its project's budget: the bytes read × the egress price from the
+// store's location to the node's cloud and region (placement's table with
+// the spec's egress_per_gb). A store whose location is unknown (file://,
+// no region) or a free transfer charges nothing.
+func (x agentDeps) CheckpointRestored(ctx context.Context, fleetName, nodeID string, bytes int64) {
+	d := x.d
+	if bytes <= 0 {
+		return
+	}
+	var f state.Fleet
+	var n state.Node
+	if err := d.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		if f, err = tx.Fleet(fleetName); err != nil {
+			return err
+		}
+		n, err = tx.Node(fleetName, nodeID)
+		return err
+	}); err != nil {
+		d.log.Warn("checkpoint egress: read fleet and node", "fleet", fleetName, "node", nodeID, "err", err)
+		return
+	}
+	fl, err := d.fleetSpec(f)
+	if err != nil {
+		return
+	}
+	m := placement.MoveCostFor(fl, bytes, 0)
+	if m == nil || m.Source.Cloud == "" {
+		return
+	}
+	dst := m.LocationOf(n.Offering)
+	rate, _ := m.Egress.Rate(m.Source, dst)
+	usd := float64(bytes) / 1e9 * rate
+	if usd <= 0 {
+		return
+	}
+	d.ctrl.ChargeEgress(ctx, fleetName, fl.ProjectName(), usd)
+	d.appendEvent(ctx, state.Event{Fleet: fleetName, Node: nodeID, Type: "checkpoint.egress",
+		Message: fmt.Sprintf("%s restored %.2f GB from %s to %s: $%.4f egress ($%.3f/GB) charged to fleet %s and project %s",
+			nodeID, float64(bytes)/1e9, m.Source, dst, usd, rate, fleetName, fl.ProjectName()),
+		Data: map[string]string{"usd": strconv.FormatFloat(usd, 'f', 6, 64), "bytes": strconv.FormatInt(bytes, 10), "from": m.Source.String(), "to": dst.String()}})
 }

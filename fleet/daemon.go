@@ -98,9 +98,13 @@ type Daemon struct {
 	now     func() time.Time
 	started time.Time
 
-	daemonID   string
-	token      string
-	tokens     *scopedTokens // scoped tokens (tokens.go)
+	daemonID string
+	token    string
+	tokens   *scopedTokens // scoped tokens (tokens.go)
+	// projects are daemon.hcl's with the admin's stored changes (projectbook.go).
+	projects *projectBook
+	// scope checks what tokens limited to a project reach (scope.go).
+	scope      fleetScope
 	nodeSecret []byte
 	ca         *CA
 	// agents are the agent binaries nodes download, by architecture;
@@ -185,7 +189,11 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.store = notifyingStore{Store: st, notify: d.notifyEvents}
 	d.eventLog.store = d.store
 	d.rdzv = newRdzvHost(d.store, st, now, log, d.stats, func() { d.ctrl.Kick() })
-	d.tokens = &scopedTokens{store: d.store, now: now, log: log}
+	d.projects = &projectBook{store: d.store, base: &d.cfg.Projects, log: log}
+	d.tokens = &scopedTokens{store: d.store, now: now, log: log, projectExists: func(name string) bool {
+		_, ok := d.projects.Config().Get(name)
+		return ok
+	}}
 	d.intake = intake.New(intakeDeps{d}, log, opts.PollInterval)
 	d.autoscaleParams = mergeAutoscale(opts.Autoscale, cfg.Autoscale.Params())
 	d.opts.Allocation = mergeAllocation(opts.Allocation, cfg.Allocation.Params())
@@ -232,6 +240,8 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.metrics.reg.MustRegister(newFleetCollector(d), newOpsCollector(d), checkpointCollector{d}, newProjectCollector(d))
 	d.api = api.NewServer(d, d.token, log)
 	d.api.Scoped = d.tokens.verifyScopedToken
+	d.scope = fleetScope{store: d.store, spec: d.fleetSpec}
+	d.api.FleetProject = d.scope.fleetProject
 	d.api.Extra.Handle("/v1/rendezvous/", http.HandlerFunc(d.rdzv.serveRendezvous))
 	d.mountRoutes(d.api.Extra)
 	// Observability: the event stream and /metrics need a read token (or

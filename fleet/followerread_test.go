@@ -2,14 +2,20 @@ package fleet
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/fleet/projects"
+	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -20,6 +26,8 @@ import (
 func TestFollowerReadsWithoutLeader(t *testing.T) {
 	ctx, solo, client := soloCluster(t)
 	opts := Options{Schema: memSchema, Providers: staticProviders{providertest.MemName: providertest.NewMemProvider()}}
+	opts.Config.Projects = projects.Config{Projects: []projects.Project{{Name: "vision", QuotaGPUs: 1, MaxGPUs: 4,
+		Budget: &budget.Limits{Total: 100, WarnAt: 0.8, OnExhausted: budget.Pause}}}}
 	// Neither server campaigns (they are not Run): no leader exists. The
 	// apply happens before any campaign, as a server's bootstrap writes do.
 	a := newClusterServer(ctx, t, "a", t.TempDir(), solo, false, opts)
@@ -65,6 +73,44 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 		if resp := do(c.method, c.path); resp.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("%s %s on a follower without a leader: HTTP %d, want 503", c.method, c.path, resp.StatusCode)
 		}
+	}
+
+	// Projects: each project's use from its live nodes, and its spend from
+	// the ledger the leader last saved, both read from etcd.
+	if _, err := a.Apply(ctx, api.ApplyRequest{Filename: "pa.hcl", Source: projectSpec("pa", "vision", 1, 3), SkipCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+	err := a.store.Update(ctx, func(tx state.Tx) error {
+		for i := range 3 {
+			n := state.Node{ID: fmt.Sprintf("pa-%d", i), Fleet: "pa", State: state.NodeRunning, InstanceID: fmt.Sprintf("i-%d", i),
+				Offering: providers.Offering{Provider: providertest.MemName, GPUs: 1, PricePerHour: 1}}
+			if err := tx.PutNode(n); err != nil {
+				return err
+			}
+		}
+		var l budget.Ledger
+		l.Observe(time.Now(), "pa", "vision", budget.Spend{Spot: 12.5}, budget.Spend{Spot: 3})
+		b, err := l.Marshal()
+		if err != nil {
+			return err
+		}
+		return tx.SetMeta(budget.MetaKey, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := do(http.MethodGet, "/v1/projects")
+	var pr api.ProjectsResponse
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(followerReadHeader) == "" || json.NewDecoder(resp.Body).Decode(&pr) != nil {
+		t.Fatalf("GET /v1/projects on a follower without a leader: HTTP %d %q", resp.StatusCode, resp.Header.Get(followerReadHeader))
+	}
+	i := slices.IndexFunc(pr.Projects, func(p api.Project) bool { return p.Name == "vision" })
+	if i < 0 {
+		t.Fatalf("projects from the follower: %+v", pr.Projects)
+	}
+	if v := pr.Projects[i]; v.UsedGPUs != 3 || v.BorrowedGPUs != 2 || !slices.Contains(v.Fleets, "pa") || v.Budget == nil ||
+		v.Budget.SpentUSD < 12.5 || v.Budget.SpentUSD > 12.6 || v.Budget.BurnPerHour != 3 {
+		t.Errorf("project vision from the follower: %+v (budget %+v); want 3 GPUs used, 2 borrowed, $12.50 spent at $3/h", v, v.Budget)
 	}
 
 	// A leader is elected but cannot be reached (its URL refuses): reads

@@ -258,15 +258,15 @@ var localPaths = map[string]bool{"/healthz": true, "/v1/cluster": true}
 const followerReadHeader = "Fleetd-Follower-Read"
 
 // followerReadable reports whether a follower may answer r from the shared
-// state when no leader can be reached: the read-only views of fleets and
-// events. Everything else (writes, agent and rendezvous calls, offerings,
+// state when no leader can be reached: the read-only views of fleets,
+// events and projects (their use and spend as stored). Everything else (writes, agent and rendezvous calls, offerings,
 // which would start provider plugins) waits for a leader.
 func followerReadable(r *http.Request) bool {
 	if r.Method != http.MethodGet {
 		return false
 	}
 	p := r.URL.Path
-	if p == "/v1/status" || p == "/v1/fleets" || p == "/v1/events" {
+	if p == "/v1/status" || p == "/v1/fleets" || p == "/v1/events" || p == "/v1/projects" {
 		return true
 	}
 	rest, ok := strings.CutPrefix(p, "/v1/fleets/")

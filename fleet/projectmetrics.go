@@ -46,7 +46,7 @@ func (c *projectCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *projectCollector) Collect(ch chan<- prometheus.Metric) {
 	d := c.pa.d
 	dec, ok := d.ctrl.Decision()
-	if !ok && !d.cfg.Projects.Enabled() {
+	if !ok && !d.projects.Config().Enabled() {
 		return
 	}
 	dec = c.pa.decision()
@@ -55,7 +55,7 @@ func (c *projectCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(len(dec.Queue)))
 	for _, u := range dec.Projects {
-		p, _ := d.cfg.Projects.Get(u.Name)
+		p, _ := d.projects.Config().Get(u.Name)
 		if !p.Unlimited {
 			g(c.quota, float64(u.QuotaGPUs), u.Name)
 			g(c.maxGPUs, float64(u.MaxGPUs), u.Name)

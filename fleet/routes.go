@@ -15,18 +15,20 @@ import (
 // the routes operators use beyond the core API.
 func (d *Daemon) mountRoutes(mux *http.ServeMux) {
 	d.agentAPI.Mount(mux)
-	mux.Handle("GET /v1/fleets/{fleet}/logs", d.api.Require(api.RoleRead, d.agentAPI.FleetLogs))
+	mux.Handle("GET /v1/fleets/{fleet}/logs", d.api.RequireFleet(api.RoleRead, "fleet", d.agentAPI.FleetLogs))
 	// Offerings is a POST that only reads, but it calls the providers with
 	// the daemon's cloud credentials for any spec it is sent: not for
 	// passive observers (a scraper's token).
 	mux.Handle("POST /v1/offerings", d.api.Require(api.RoleOperate, d.offeringsHandler))
 	mux.Handle("POST /v1/check", d.api.Require(api.RoleOperate, d.check.checkHandler))
 	mux.Handle("GET /v1/cluster", d.api.Require(api.RoleRead, d.clusterInfo))
-	mux.Handle("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.api.Require(api.RoleOperate, d.interruptNode))
+	mux.Handle("POST /v1/fleets/{fleet}/nodes/{node}/interrupt", d.api.RequireFleet(api.RoleOperate, "fleet", d.interruptNode))
 	pa := projectsAPI{d}
-	mux.Handle("GET /v1/projects", d.api.Require(api.RoleRead, pa.projectsHandler))
-	mux.Handle("GET /v1/queue", d.api.Require(api.RoleRead, pa.queueHandler))
-	mux.Handle("POST /v1/fleets/{fleet}/resume", d.api.Require(api.RoleOperate, pa.resumeHandler))
+	mux.Handle("GET /v1/projects", d.api.RequireScoped(api.RoleRead, pa.projectsHandler))
+	mux.Handle("PUT /v1/projects/{project}", d.api.Require(api.RoleAdmin, pa.setProjectHandler))
+	mux.Handle("DELETE /v1/projects/{project}", d.api.Require(api.RoleAdmin, pa.deleteProjectHandler))
+	mux.Handle("GET /v1/queue", d.api.RequireScoped(api.RoleRead, pa.queueHandler))
+	mux.Handle("POST /v1/fleets/{fleet}/resume", d.api.RequireFleet(api.RoleOperate, "fleet", pa.resumeHandler))
 	mux.Handle("POST /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.createTokenHandler))
 	mux.Handle("GET /v1/tokens", d.api.Require(api.RoleAdmin, d.tokens.listTokensHandler))
 	mux.Handle("DELETE /v1/tokens/{id}", d.api.Require(api.RoleAdmin, d.tokens.revokeTokenHandler))

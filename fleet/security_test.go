@@ -32,6 +32,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/bootstrap"
+	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -225,6 +226,39 @@ type caller struct {
 	authz  string // Authorization header value
 	kind   callerKind
 	target string // the node the request names
+	// project limits a read or operate token to a project: "default"
+	// (the project of the matrix's fleet train) or "other".
+	project string
+}
+
+// scopeKind is how a route treats a token limited to a project.
+type scopeKind int
+
+const (
+	scopeWide     scopeKind = iota // daemon-wide: 403
+	scopeFiltered                  // served, showing only the project's part
+	scopeTrain                     // acts on fleet train: its project only
+)
+
+// projectScopes is how each admin-API route treats project-limited
+// tokens; a route not listed is daemon-wide.
+var projectScopes = map[string]scopeKind{
+	"GET /v1/status":        scopeFiltered,
+	"GET /v1/fleets":        scopeFiltered,
+	"GET /v1/events":        scopeFiltered,
+	"GET /v1/events/stream": scopeFiltered,
+	"GET /v1/projects":      scopeFiltered,
+	"GET /v1/queue":         scopeFiltered,
+	"POST /v1/plan":         scopeTrain, // the spec is train's
+	"POST /v1/fleets":       scopeTrain,
+	"GET /v1/fleets/{name}": scopeTrain,
+	// The matrix deletes a fleet that does not exist: the project check
+	// passes a fleet it cannot find on to the handler, so every project's
+	// token gets its 404.
+	"DELETE /v1/fleets/{name}":                       scopeFiltered,
+	"GET /v1/fleets/{fleet}/logs":                    scopeTrain,
+	"POST /v1/fleets/{fleet}/resume":                 scopeTrain,
+	"POST /v1/fleets/{fleet}/nodes/{node}/interrupt": scopeTrain,
 }
 
 type routeCase struct {
@@ -251,6 +285,16 @@ func (rc routeCase) want(c caller) int {
 			return http.StatusUnauthorized
 		case have < need:
 			return http.StatusForbidden
+		}
+		if c.project != "" {
+			switch projectScopes[rc.pattern] {
+			case scopeWide:
+				return http.StatusForbidden
+			case scopeTrain:
+				if c.project != "default" {
+					return http.StatusForbidden
+				}
+			}
 		}
 		return rc.ok
 	}
@@ -307,6 +351,14 @@ func securityRoutes() []routeCase {
 		{"GET /v1/cluster", readRole, 404, get("/v1/cluster")},
 		{"GET /v1/projects", readRole, 200, get("/v1/projects")},
 		{"GET /v1/queue", readRole, 200, get("/v1/queue")},
+		// An admin's project changes: quota above max is refused (nothing
+		// stored); deleting a project that does not exist is 404.
+		{"PUT /v1/projects/{project}", adminOnly, 400, func(string) (string, string, []byte) {
+			return http.MethodPut, "/v1/projects/matrix", []byte(`{"quota_gpus":4,"max_gpus":2}`)
+		}},
+		{"DELETE /v1/projects/{project}", adminOnly, 404, func(string) (string, string, []byte) {
+			return http.MethodDelete, "/v1/projects/no-such-project", nil
+		}},
 		// train is not paused: authorized, then refused.
 		{"POST /v1/fleets/{fleet}/resume", operateRole, 409, post("/v1/fleets/train/resume", nil)},
 		// An invalid kind: authorization is checked first, then nothing is injected.
@@ -359,7 +411,7 @@ func (sd *secDaemon) scopedTokens(t *testing.T) (read, operate, revoked, tampere
 	t.Helper()
 	ctx := context.Background()
 	mk := func(role api.Role, name string) api.TokenCreated {
-		tc, err := sd.Daemon.tokens.CreateToken(ctx, role, name)
+		tc, err := sd.Daemon.tokens.CreateToken(ctx, role, name, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,6 +429,27 @@ func (sd *secDaemon) scopedTokens(t *testing.T) (read, operate, revoked, tampere
 	return r.Token, o.Token, x.Token, tampered, relabelled
 }
 
+// projectTokens makes a project "other" and read and operate tokens
+// limited to the project of fleet train ("default") and to "other".
+func (sd *secDaemon) projectTokens(t *testing.T) (own, other map[api.Role]string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := sd.Daemon.projects.Set(ctx, projects.Project{Name: "other", QuotaGPUs: 1, MaxGPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	own, other = map[api.Role]string{}, map[api.Role]string{}
+	for _, role := range []api.Role{api.RoleRead, api.RoleOperate} {
+		for proj, m := range map[string]map[api.Role]string{"default": own, "other": other} {
+			tc, err := sd.Daemon.tokens.CreateToken(ctx, role, proj+"-"+role.String(), proj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[role] = tc.Token
+		}
+	}
+	return own, other
+}
+
 // TestSecurityRouteAuthMatrix calls every route with every kind of
 // credential: none, garbage, Basic instead of Bearer, another daemon's
 // node token, another node's token, the token of a node that does not
@@ -390,23 +463,28 @@ func TestSecurityRouteAuthMatrix(t *testing.T) {
 	ghost := "train-99-99"
 	adminTok := sd.Token()
 	readTok, operateTok, revokedTok, tamperedTok, relabelledTok := sd.scopedTokens(t)
+	own, other := sd.projectTokens(t)
 	callers := []caller{
-		{"read-token", "Bearer " + readTok, readToken, a},
-		{"operate-token", "Bearer " + operateTok, operateToken, a},
-		{"revoked-token", "Bearer " + revokedTok, noCredentials, a},
-		{"tampered-secret-token", "Bearer " + tamperedTok, noCredentials, a},
-		{"read-token-relabelled-operate", "Bearer " + relabelledTok, noCredentials, a},
-		{"no-token", "", noCredentials, a},
-		{"empty-bearer", "Bearer ", noCredentials, a},
-		{"garbage", "Bearer garbage-0123456789abcdef", noCredentials, a},
-		{"admin-token-as-basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+adminTok)), noCredentials, a},
-		{"admin-token-truncated", "Bearer " + adminTok[:len(adminTok)-1], noCredentials, a},
-		{"foreign-daemon-node-token", "Bearer " + foreignNodeToken("train", a), wrongNode, a},
-		{"other-node-token", "Bearer " + sd.NodeToken("train", b), wrongNode, a},
-		{"forgotten-node-token", "Bearer " + sd.NodeToken("train", ghost), wrongNode, ghost},
-		{"own-node-token", "Bearer " + sd.NodeToken("train", a), ownNode, a},
-		{"admin-token", "Bearer " + adminTok, admin, a},
-		{"admin-token-lowercase-scheme", "bearer " + adminTok, admin, a},
+		{"project-read-token-own-project", "Bearer " + own[api.RoleRead], readToken, a, "default"},
+		{"project-operate-token-own-project", "Bearer " + own[api.RoleOperate], operateToken, a, "default"},
+		{"project-read-token-other-project", "Bearer " + other[api.RoleRead], readToken, a, "other"},
+		{"project-operate-token-other-project", "Bearer " + other[api.RoleOperate], operateToken, a, "other"},
+		{"read-token", "Bearer " + readTok, readToken, a, ""},
+		{"operate-token", "Bearer " + operateTok, operateToken, a, ""},
+		{"revoked-token", "Bearer " + revokedTok, noCredentials, a, ""},
+		{"tampered-secret-token", "Bearer " + tamperedTok, noCredentials, a, ""},
+		{"read-token-relabelled-operate", "Bearer " + relabelledTok, noCredentials, a, ""},
+		{"no-token", "", noCredentials, a, ""},
+		{"empty-bearer", "Bearer ", noCredentials, a, ""},
+		{"garbage", "Bearer garbage-0123456789abcdef", noCredentials, a, ""},
+		{"admin-token-as-basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+adminTok)), noCredentials, a, ""},
+		{"admin-token-truncated", "Bearer " + adminTok[:len(adminTok)-1], noCredentials, a, ""},
+		{"foreign-daemon-node-token", "Bearer " + foreignNodeToken("train", a), wrongNode, a, ""},
+		{"other-node-token", "Bearer " + sd.NodeToken("train", b), wrongNode, a, ""},
+		{"forgotten-node-token", "Bearer " + sd.NodeToken("train", ghost), wrongNode, ghost, ""},
+		{"own-node-token", "Bearer " + sd.NodeToken("train", a), ownNode, a, ""},
+		{"admin-token", "Bearer " + adminTok, admin, a, ""},
+		{"admin-token-lowercase-scheme", "bearer " + adminTok, admin, a, ""},
 	}
 	for _, rc := range securityRoutes() {
 		for _, c := range callers {

@@ -43,10 +43,11 @@ func soloCluster(t *testing.T) (ctx context.Context, a *cluster.Config, client s
 
 // newClusterServer makes (but does not run) cluster server name on the
 // data dir dir, closed at cleanup; withTLS generates its certificates.
-// opts give the providers and their schema.
+// opts give the providers, their schema and the projects.
 func newClusterServer(ctx context.Context, t *testing.T, name, dir string, cl *cluster.Config, withTLS bool, opts Options) *Daemon {
 	t.Helper()
 	cfg := DefaultConfig()
+	cfg.Projects = opts.Config.Projects // the one part of opts.Config a test sets
 	cfg.Listen, cfg.DataDir, cfg.TokenFile, cfg.Cluster = "127.0.0.1:0", dir, filepath.Join(dir, "token"), cl
 	if withTLS {
 		cfg.TLS = &TLSConfig{}

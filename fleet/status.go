@@ -47,6 +47,7 @@ type fleetViews struct {
 func (d *fleetViews) summary(tx state.Tx, f state.Fleet, fl *spec.Fleet) (api.FleetSummary, error) {
 	s := api.FleetSummary{Name: f.Name, Generation: f.Generation, Incarnation: f.Incarnation, Destroying: f.Destroying, NodesByState: map[string]int{}, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
 	if fl != nil {
+		s.Project = fl.ProjectName()
 		s.MinNodes, s.MaxNodes, s.TargetNodes, s.Providers = fl.MinNodes, fl.MaxNodes, fl.TargetNodes(), providerNames(fl)
 		s.Checkpoint = d.agentAPI.CheckpointStatus(f.Name, fl.Training.Checkpoint, d.now())
 		if s.Checkpoint != nil {

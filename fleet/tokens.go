@@ -46,9 +46,13 @@ const (
 
 // tokenRecord is one scoped token as stored.
 type tokenRecord struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name,omitempty"`
-	Role      string    `json:"role"`
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	Role string `json:"role"`
+	// Project limits the token to one project's fleets ("" = all). It is
+	// not part of the token string: the record, found by id and checked
+	// by hash, is what says it.
+	Project   string    `json:"project,omitempty"`
 	SHA256    string    `json:"sha256"` // hex sha256 of the whole token string
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -58,7 +62,7 @@ type tokenDoc struct {
 }
 
 func (r tokenRecord) info() api.TokenInfo {
-	return api.TokenInfo{ID: r.ID, Name: r.Name, Role: r.Role, CreatedAt: r.CreatedAt}
+	return api.TokenInfo{ID: r.ID, Name: r.Name, Role: r.Role, Project: r.Project, CreatedAt: r.CreatedAt}
 }
 
 // scopedTokens owns the scoped tokens: their records in the store and a
@@ -69,6 +73,8 @@ type scopedTokens struct {
 	store state.Store
 	now   func() time.Time
 	log   *slog.Logger
+	// projectExists says whether a token may be limited to a project.
+	projectExists func(name string) bool
 
 	mu     sync.Mutex
 	byID   map[string]tokenRecord
@@ -136,21 +142,21 @@ func parseScopedToken(tok string) (role api.Role, id string, ok bool) {
 }
 
 // verifyScopedToken implements api.TokenVerifier.
-func (d *scopedTokens) verifyScopedToken(ctx context.Context, tok string) (api.Role, error) {
+func (d *scopedTokens) verifyScopedToken(ctx context.Context, tok string) (api.Principal, error) {
 	role, id, ok := parseScopedToken(tok)
 	if !ok {
-		return api.RoleNone, api.ErrInvalidToken
+		return api.Principal{}, api.ErrInvalidToken
 	}
 	rec, found, err := d.tokenRecord(ctx, id)
 	if err != nil {
-		return api.RoleNone, err
+		return api.Principal{}, err
 	}
 	// Hash even when the id is unknown, so timing does not tell which ids exist.
 	sum := hashToken(tok)
 	if !api.TokenEqual(sum, []byte(rec.SHA256)) || !found || rec.Role != role.String() {
-		return api.RoleNone, api.ErrInvalidToken
+		return api.Principal{}, api.ErrInvalidToken
 	}
-	return role, nil
+	return api.Principal{Role: role, Project: rec.Project}, nil
 }
 
 // tokenRecord looks id up in the cache, refreshing it from the store when
@@ -175,17 +181,20 @@ func (d *scopedTokens) tokenRecord(ctx context.Context, id string) (tokenRecord,
 }
 
 // CreateToken makes a scoped token and returns it with its secret, which is
-// not stored anywhere.
-func (d *scopedTokens) CreateToken(ctx context.Context, role api.Role, name string) (api.TokenCreated, error) {
+// not stored anywhere. A project limits it to that project's fleets.
+func (d *scopedTokens) CreateToken(ctx context.Context, role api.Role, name, project string) (api.TokenCreated, error) {
 	if role != api.RoleRead && role != api.RoleOperate {
 		return api.TokenCreated{}, fmt.Errorf("%w: role %s cannot be granted", state.ErrInvalid, role)
 	}
 	if len(name) > maxTokenName || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
 		return api.TokenCreated{}, fmt.Errorf("%w: name must be at most %d printable characters", state.ErrInvalid, maxTokenName)
 	}
+	if project != "" && (d.projectExists == nil || !d.projectExists(project)) {
+		return api.TokenCreated{}, fmt.Errorf("%w: the daemon has no project %q (see fleetd projects)", state.ErrInvalid, project)
+	}
 	id := randHex(6)
 	tok := fmt.Sprintf("fleetd_%s_%s_%s", role, id, randHex(32))
-	rec := tokenRecord{ID: id, Name: name, Role: role.String(), SHA256: hashToken(tok), CreatedAt: d.now().UTC()}
+	rec := tokenRecord{ID: id, Name: name, Role: role.String(), Project: project, SHA256: hashToken(tok), CreatedAt: d.now().UTC()}
 	err := d.store.Update(ctx, func(tx state.Tx) error {
 		doc, err := readTokens(tx)
 		if err != nil {
@@ -199,8 +208,8 @@ func (d *scopedTokens) CreateToken(ctx context.Context, role api.Role, name stri
 			return err
 		}
 		_, err = tx.AppendEvent(state.Event{Type: "token.created",
-			Message: fmt.Sprintf("%s token %s (%q) created", rec.Role, id, name),
-			Data:    map[string]string{"id": id, "role": rec.Role}})
+			Message: fmt.Sprintf("%s token %s (%q) created%s", rec.Role, id, name, projectSuffix(project)),
+			Data:    map[string]string{"id": id, "role": rec.Role, "project": project}})
 		return err
 	})
 	if err != nil {
@@ -264,7 +273,7 @@ func (d *scopedTokens) createTokenHandler(w http.ResponseWriter, r *http.Request
 		api.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	created, err := d.CreateToken(r.Context(), role, req.Name)
+	created, err := d.CreateToken(r.Context(), role, req.Name, req.Project)
 	if errors.Is(err, state.ErrInvalid) {
 		api.WriteError(w, http.StatusBadRequest, err)
 		return
@@ -292,4 +301,11 @@ func (d *scopedTokens) revokeTokenHandler(w http.ResponseWriter, r *http.Request
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, info)
+}
+
+func projectSuffix(project string) string {
+	if project == "" {
+		return ""
+	}
+	return ", limited to project " + project
 }

@@ -28,18 +28,18 @@ func (d *Daemon) newController() *controller.Controller {
 			kept, _ := d.agents.servableOfferings(offs)
 			return kept
 		},
-		MoveCost:   d.moveCost,
-		Destroyed:  func(fleet string) { d.agentAPI.ForgetCheckpoints(fleet) },
-		AfterPass:  d.scanStrays,
-		DaemonID:   d.daemonID,
-		StartedAt:  d.started,
-		Now:        d.now,
-		Logger:     d.log,
-		Tick:       d.opts.Tick,
-		Params:     d.params,
-		Autoscale:  d.autoscaleParams,
-		Projects:   &d.cfg.Projects,
-		Allocation: d.opts.Allocation,
+		MoveCost:    d.moveCost,
+		Destroyed:   func(fleet string) { d.agentAPI.ForgetCheckpoints(fleet) },
+		AfterPass:   d.scanStrays,
+		DaemonID:    d.daemonID,
+		StartedAt:   d.started,
+		Now:         d.now,
+		Logger:      d.log,
+		Tick:        d.opts.Tick,
+		Params:      d.params,
+		Autoscale:   d.autoscaleParams,
+		ProjectsNow: d.projects.Config,
+		Allocation:  d.opts.Allocation,
 	})
 }
 

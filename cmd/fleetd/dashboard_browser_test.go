@@ -320,6 +320,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	d.stop(t)
 }
 
+// waitDashboard evaluates js (returning a T) in the page until cond holds
+// or timeout passes, and returns the last state read.
+func waitDashboard[T any](t *testing.T, browser context.Context, js string, timeout time.Duration, what string, cond func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := chromedp.Run(browser, chromedp.Evaluate[T](js))
+		if err != nil {
+			t.Fatalf("read page: %v", err)
+		}
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page never showed %s; last state %+v", what, s)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func saveScreenshot(t *testing.T, browser context.Context, path string) {
 	t.Helper()
 	// Quality 100 makes chromedp capture PNG.
@@ -340,6 +360,12 @@ func saveScreenshot(t *testing.T, browser context.Context, path string) {
 // d's dashboard with its token. The browser ends when ctx does.
 func openDashboard(t *testing.T, ctx context.Context, d *devDaemon, height int) context.Context {
 	t.Helper()
+	return openDashboardAs(t, ctx, d.addr, d.token, height)
+}
+
+// openDashboardAs is openDashboard presenting token.
+func openDashboardAs(t *testing.T, ctx context.Context, addr, token string, height int) context.Context {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
@@ -348,7 +374,7 @@ func openDashboard(t *testing.T, ctx context.Context, d *devDaemon, height int) 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	browser, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
-	if err := chromedp.Do(browser, chromedp.Navigate(d.addr+"/#token="+d.token)); err != nil {
+	if err := chromedp.Do(browser, chromedp.Navigate(addr+"/#token="+token)); err != nil {
 		t.Fatalf("open dashboard: %v", err)
 	}
 	return browser

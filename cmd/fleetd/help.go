@@ -71,10 +71,30 @@ var helpTexts = map[string]helpText{
 		examples: []string{"fleetd destroy bert", "fleetd destroy -auto-approve -wait bert"},
 	},
 	"projects": {
-		usage: []string{"projects [-json]"},
+		usage: []string{"projects [-json]",
+			"projects set NAME -quota GPUS [-max GPUS] [-priority N] [-budget-per-hour USD] [-budget-total USD] [...]",
+			"projects delete [-json] NAME"},
 		about: "Shows the daemon's projects: GPU quota and borrowing ceiling, the GPUs allocated, borrowed\n" +
-			"and lent, the fleets waiting, and spend against the budget (docs/projects.md).",
-		examples: []string{"fleetd projects", "fleetd projects -json | jq '.projects[] | {name, used_gpus}'"},
+			"and lent, the fleets waiting, spend against the budget, and who set them (docs/projects.md).\n" +
+			"set and delete change a project (admin token); the change is stored and overrides daemon.hcl.\n" +
+			"A token limited to a project sees only that project.",
+		examples: []string{"fleetd projects", "fleetd projects -json | jq '.projects[] | {name, used_gpus}'",
+			"fleetd projects set vision -quota 16 -max 32 -priority 10 -budget-total 5000"},
+		subs: []string{"set", "delete"},
+	},
+	"projects set": {
+		usage: []string{"projects set NAME -quota GPUS [-max GPUS] [-priority N] [-budget-per-hour USD] [-budget-total USD]\n" +
+			"         [-warn-at FRACTION] [-on-exhausted pause|stop] [-json]"},
+		about: "Creates or replaces a project: its whole settings, flags left out take their defaults. The daemon\n" +
+			"stores it; it overrides daemon.hcl's project of that name and survives restarts and failover.\n" +
+			"Needs the admin token.",
+		examples: []string{"fleetd projects set vision -quota 16 -max 32 -priority 10 -budget-per-hour 60 -budget-total 5000"},
+	},
+	"projects delete": {
+		usage: []string{"projects delete [-json] NAME"},
+		about: "Deletes a project, daemon.hcl's too (the deletion is stored). Refused, changing nothing, while\n" +
+			"fleets of the project run: the error names them. Needs the admin token.",
+		examples: []string{"fleetd projects delete scratch"},
 	},
 	"queue": {
 		usage:    []string{"queue [-json]"},
@@ -155,19 +175,21 @@ var helpTexts = map[string]helpText{
 	},
 	"token": {
 		usage: []string{
-			"token create -role read|operate [-name NAME] [-json]",
+			"token create -role read|operate [-name NAME] [-project PROJECT] [-json]",
 			"token list [-json]",
 			"token revoke [-json] ID",
 		},
 		about: "Manages scoped tokens; needs the admin token in FLEETD_TOKEN. A read token sees status,\n" +
-			"fleets, events, logs and metrics; an operate token also plans, applies and destroys.",
+			"fleets, events, logs and metrics; an operate token also plans, applies and destroys. A token\n" +
+			"made with -project acts on and sees only that project's fleets.",
 		examples: []string{"fleetd token create -role read -name prometheus", "fleetd token revoke tok-3"},
 		subs:     []string{"create", "list", "revoke"},
 	},
 	"token create": {
-		usage:    []string{"token create -role read|operate [-name NAME] [-json]"},
-		about:    "Creates a token; its secret is printed once, the daemon keeps only its hash.",
-		examples: []string{"fleetd token create -role read -name prometheus"},
+		usage: []string{"token create -role read|operate [-name NAME] [-project PROJECT] [-json]"},
+		about: "Creates a token; its secret is printed once, the daemon keeps only its hash. With -project it\n" +
+			"is limited to that project: its fleets only, and no daemon-wide route (metrics, offerings).",
+		examples: []string{"fleetd token create -role read -name prometheus", "fleetd token create -role operate -project vision -name vision-ci"},
 	},
 	"token list": {
 		usage:    []string{"token list [-json]"},

@@ -18,11 +18,13 @@ func init() {
 }
 
 func tokenUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: fleetd token create -role read|operate [-name NAME] [-json]")
+	fmt.Fprintln(w, "Usage: fleetd token create -role read|operate [-name NAME] [-project PROJECT] [-json]")
 	fmt.Fprintln(w, "       fleetd token list [-json]")
 	fmt.Fprintln(w, "       fleetd token revoke [-json] ID")
 	fmt.Fprintln(w, "Manages scoped tokens; needs the admin token in FLEETD_TOKEN. A read token sees status,")
 	fmt.Fprintln(w, "fleets, events, logs and metrics; an operate token also plans, applies and destroys.")
+	fmt.Fprintln(w, "With -project the token acts only on that project's fleets and sees only them (status,")
+	fmt.Fprintln(w, "events, projects, queue); daemon-wide routes (metrics, offerings, check) refuse it.")
 	fmt.Fprintln(w, "The secret is printed once, at creation: the daemon keeps only its hash.")
 }
 
@@ -37,10 +39,11 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { tokenUsage(stderr) }
 	var cf clientFlags
 	cf.register(fs)
-	var role, name *string
+	var role, name, project *string
 	if sub == "create" {
 		role = fs.String("role", "", "read or operate (required)")
 		name = fs.String("name", "", "what uses the token, for the list (e.g. prometheus)")
+		project = fs.String("project", "", "limit the token to this project's fleets")
 	}
 	rest, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -61,7 +64,7 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 			return exitCode(stderr, err)
 		}
 		var tc api.TokenCreated
-		if err := c.Do(ctx, http.MethodPost, "/v1/tokens", nil, api.TokenRequest{Role: *role, Name: *name}, &tc); err != nil {
+		if err := c.Do(ctx, http.MethodPost, "/v1/tokens", nil, api.TokenRequest{Role: *role, Name: *name, Project: *project}, &tc); err != nil {
 			return exitCode(stderr, tokenError(err))
 		}
 		if cf.json {
@@ -71,7 +74,11 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 		// The secret alone on stdout, so `fleetd token create … > file`
 		// makes a credentials file; the rest is for the human.
 		fmt.Fprintln(stdout, tc.Token)
-		fmt.Fprintf(stderr, "Created %s token %s%s. This is the only time the secret is shown.\n", tc.Role, tc.ID, quotedName(tc.Name))
+		scope := ""
+		if tc.Project != "" {
+			scope = fmt.Sprintf(", limited to project %s", tc.Project)
+		}
+		fmt.Fprintf(stderr, "Created %s token %s%s%s. This is the only time the secret is shown.\n", tc.Role, tc.ID, quotedName(tc.Name), scope)
 		return exitOK
 	case "list":
 		if len(rest) != 0 {
@@ -95,9 +102,13 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tROLE\tNAME\tCREATED")
+		fmt.Fprintln(tw, "ID\tROLE\tPROJECT\tNAME\tCREATED")
 		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", t.ID, t.Role, dash(t.Name), age(time.Since(t.CreatedAt)))
+			proj := t.Project
+			if proj == "" {
+				proj = "(all)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\n", t.ID, t.Role, proj, dash(t.Name), age(time.Since(t.CreatedAt)))
 		}
 		tw.Flush()
 		return exitOK

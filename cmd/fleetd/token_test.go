@@ -134,3 +134,76 @@ func TestTokenCommands(t *testing.T) {
 		t.Errorf("second revoke: exit %d %q", code, msg)
 	}
 }
+
+// TestProjectCommandsAndProjectTokens: an admin sets and deletes projects
+// with `fleetd projects set|delete`; bad settings are usage errors; a
+// token made with -project sees only that project and cannot change
+// projects.
+func TestProjectCommandsAndProjectTokens(t *testing.T) {
+	d := startInProcessDaemon(t)
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string // in stdout+stderr
+	}{
+		{"set without quota", []string{"projects", "set", "vision"}, exitUsage, "Usage: fleetd projects set"},
+		{"set without name", []string{"projects", "set", "-quota", "2"}, exitUsage, "Usage: fleetd projects set"},
+		{"quota above max", []string{"projects", "set", "vision", "-quota", "8", "-max", "4"}, exitUsage, "quota_gpus (8) must not exceed max_gpus (4)"},
+		{"negative budget", []string{"projects", "set", "vision", "-quota", "2", "-budget-total", "-5"}, exitUsage, "total must not be negative"},
+		{"bad name", []string{"projects", "set", "Vision", "-quota", "2"}, exitUsage, "not a valid project name"},
+		{"create", []string{"projects", "set", "vision", "-quota", "2", "-max", "4", "-priority", "10", "-budget-total", "100"}, exitOK,
+			"Project vision created: quota 2, max 4 GPUs, priority 10, budget $100.00 total (warn at 0.8, on exhausted pause)."},
+		{"update", []string{"projects", "set", "vision", "-quota", "3", "-max", "4"}, exitOK, "Project vision updated: quota 3, max 4 GPUs, priority 0, no budget."},
+		{"second project", []string{"projects", "set", "nlp", "-quota", "1"}, exitOK, "Project nlp created: quota 1, max 1 GPUs"},
+		{"list", []string{"projects"}, exitOK, "vision   3      4"},
+		{"token for an unknown project", []string{"token", "create", "-role", "read", "-project", "vison"}, exitError, `no project "vison"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, msg := cli(c.args...)
+			if code != c.code || !strings.Contains(out+msg, c.want) {
+				t.Fatalf("exit %d, want %d containing %q\nstdout: %s\nstderr: %s", code, c.code, c.want, out, msg)
+			}
+		})
+	}
+	if _, out, _ := cli("projects"); !strings.Contains(out, "admin") {
+		t.Errorf("projects does not say the admin set them:\n%s", out)
+	}
+
+	code, secret, msg := cli("token", "create", "-role", "operate", "-project", "vision", "-name", "ci")
+	secret = strings.TrimSpace(secret)
+	if code != exitOK || !strings.Contains(msg, "limited to project vision") {
+		t.Fatalf("create -project: exit %d %q %q", code, secret, msg)
+	}
+	if _, list, _ := cli("token", "list"); !strings.Contains(list, "vision") {
+		t.Errorf("token list lacks the project:\n%s", list)
+	}
+	t.Setenv("FLEETD_TOKEN", secret)
+	code, out, _ := cli("projects", "-json")
+	var pr api.ProjectsResponse
+	if code != exitOK || json.Unmarshal([]byte(out), &pr) != nil || len(pr.Projects) != 1 || pr.Projects[0].Name != "vision" {
+		t.Errorf("projects with a vision token: exit %d\n%s", code, out)
+	}
+	if code, _, msg := cli("projects", "set", "vision", "-quota", "4", "-max", "4"); code != exitError || !strings.Contains(msg, "admin token") {
+		t.Errorf("set with a project token: exit %d %q", code, msg)
+	}
+	if code, _, msg := cli("projects", "delete", "nlp"); code != exitError || !strings.Contains(msg, "403") {
+		t.Errorf("delete with a project token: exit %d %q", code, msg)
+	}
+	t.Setenv("FLEETD_TOKEN", d.Token())
+
+	if code, out, msg := cli("projects", "delete", "nlp"); code != exitOK || !strings.Contains(out, "Project nlp deleted.") {
+		t.Fatalf("delete: exit %d %q %q", code, out, msg)
+	}
+	if code, _, msg := cli("projects", "delete", "nlp"); code != exitError || !strings.Contains(msg, "404") {
+		t.Errorf("second delete: exit %d %q", code, msg)
+	}
+	if _, out, _ := cli("projects"); strings.Contains(out, "nlp") {
+		t.Errorf("deleted project still listed:\n%s", out)
+	}
+}

@@ -58,6 +58,9 @@ type Deps interface {
 	Version() string
 	// VerifyScopedToken checks a scoped (read/operate/admin) token.
 	VerifyScopedToken(ctx context.Context, tok string) (api.Role, error)
+	// CheckpointRestored is told of each checkpoint restore a node
+	// reports (bytes read from the store), to charge its egress.
+	CheckpointRestored(ctx context.Context, fleet, node string, bytes int64)
 }
 
 // API serves the node-facing routes.

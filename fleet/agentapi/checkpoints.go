@@ -397,6 +397,7 @@ func (a *API) checkpointReport(w http.ResponseWriter, r *http.Request) {
 	}
 	fleetName, nodeID := r.PathValue("fleet"), r.PathValue("node")
 	var log []state.Event
+	var restores []int64
 	a.ckpts.mu.Lock()
 	f := a.ckpts.fleet(fleetName)
 	f.nodes[nodeID] = req.Status
@@ -424,6 +425,11 @@ func (a *API) checkpointReport(w http.ResponseWriter, r *http.Request) {
 				msg += "; " + ev.Detail
 			}
 		case "restored":
+			// A report the agent resent (its answer was lost) is the same
+			// restore: charged once.
+			if lr := f.lastRestore; lr == nil || lr.Node != nodeID || lr.Step != ev.Step || !lr.At.Equal(ev.At) {
+				restores = append(restores, ev.Bytes)
+			}
 			f.lastRestore = &api.CheckpointRestore{Node: nodeID, Step: ev.Step, MiBps: ev.MiBps, At: ev.At}
 			if f.failure != nil && f.failure.Kind != "upload-failed" && !ev.At.Before(f.failure.At) {
 				f.failure, f.lastFailMsg = nil, ""
@@ -456,6 +462,9 @@ func (a *API) checkpointReport(w http.ResponseWriter, r *http.Request) {
 	a.ckpts.mu.Unlock()
 	for _, e := range log {
 		a.deps.AppendEvent(r.Context(), e)
+	}
+	for _, b := range restores {
+		a.deps.CheckpointRestored(r.Context(), fleetName, nodeID, b)
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }

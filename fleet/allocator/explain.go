@@ -65,14 +65,21 @@ func (a *alloc) finish() Decision {
 		}
 		u := ProjectUse{Name: p.in.Name, QuotaGPUs: p.quota(), MaxGPUs: p.ceiling(), UsedGPUs: p.used, Queued: p.queued, PerHour: p.perHour, Budget: p.in.Budget}
 		if !p.in.Unlimited {
-			u.BorrowedGPUs = max(p.used-p.quota(), 0)
-			// Borrowed GPUs come out of the quotas left unused, in name order.
-			lend := min(max(p.quota()-p.used, 0), borrowed)
-			u.LentGPUs, borrowed = lend, borrowed-lend
+			u.BorrowedGPUs, u.LentGPUs = Lending(p.quota(), p.used, &borrowed)
 		}
 		d.Projects = append(d.Projects, u)
 	}
 	return d
+}
+
+// Lending is a project's borrowed and lent GPUs given its quota and use.
+// Borrowed GPUs come out of the quotas left unused, in name order: call it
+// for the projects in name order, borrowed starting at the sum of every
+// project's GPUs above its quota; it takes what this project lends.
+func Lending(quota, used int, borrowed *int) (borrowedGPUs, lentGPUs int) {
+	lend := min(max(quota-used, 0), *borrowed)
+	*borrowed -= lend
+	return max(used-quota, 0), lend
 }
 
 // runWhy explains a running fleet's size.

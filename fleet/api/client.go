@@ -245,6 +245,18 @@ func (c *Client) Projects(ctx context.Context) (ProjectsResponse, error) {
 	return r, c.Do(ctx, http.MethodGet, "/v1/projects", nil, nil, &r)
 }
 
+// SetProject creates or replaces a project (PUT /v1/projects/{name}, admin).
+func (c *Client) SetProject(ctx context.Context, name string, req ProjectRequest) (ProjectChanged, error) {
+	var r ProjectChanged
+	return r, c.Do(ctx, http.MethodPut, "/v1/projects/"+url.PathEscape(name), nil, req, &r)
+}
+
+// DeleteProject deletes a project (DELETE /v1/projects/{name}, admin).
+func (c *Client) DeleteProject(ctx context.Context, name string) (ProjectChanged, error) {
+	var r ProjectChanged
+	return r, c.Do(ctx, http.MethodDelete, "/v1/projects/"+url.PathEscape(name), nil, nil, &r)
+}
+
 // Queue returns the fleets waiting to start (GET /v1/queue).
 func (c *Client) Queue(ctx context.Context) (QueueResponse, error) {
 	var r QueueResponse

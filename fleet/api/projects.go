@@ -54,6 +54,9 @@ type Project struct {
 	Priority  int    `json:"priority"`
 	// Unlimited marks the undeclared default project.
 	Unlimited bool `json:"unlimited,omitempty"`
+	// Source says where its settings come from: "config" (daemon.hcl) or
+	// "api" (an admin's change, stored; it overrides daemon.hcl).
+	Source string `json:"source,omitempty"`
 	// UsedGPUs are allocated to its fleets; BorrowedGPUs the part above
 	// its quota; LentGPUs the part of its quota other projects use.
 	UsedGPUs     int      `json:"used_gpus"`
@@ -71,6 +74,27 @@ type ProjectsResponse struct {
 	PoolGPUs int       `json:"pool_gpus"`
 	UsedGPUs int       `json:"used_gpus"`
 	Projects []Project `json:"projects"`
+}
+
+// ProjectRequest is the body of PUT /v1/projects/{name}: the project's
+// whole settings (admin only). MaxGPUs 0 means QuotaGPUs; a nil Budget
+// means none.
+type ProjectRequest struct {
+	QuotaGPUs int            `json:"quota_gpus"`
+	MaxGPUs   int            `json:"max_gpus,omitempty"`
+	Priority  int            `json:"priority,omitempty"`
+	Budget    *budget.Limits `json:"budget,omitempty"`
+}
+
+// ProjectChanged is the answer of PUT and DELETE /v1/projects/{name}.
+type ProjectChanged struct {
+	Name string `json:"name"`
+	// Action is created, updated or deleted.
+	Action    string         `json:"action"`
+	QuotaGPUs int            `json:"quota_gpus"`
+	MaxGPUs   int            `json:"max_gpus"`
+	Priority  int            `json:"priority"`
+	Budget    *budget.Limits `json:"budget,omitempty"`
 }
 
 // QueueEntry is one waiting fleet in GET /v1/queue.

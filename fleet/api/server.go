@@ -92,9 +92,41 @@ func ParseRole(s string) (Role, error) {
 // know (unknown, revoked, wrong secret): the request gets 401.
 var ErrInvalidToken = errors.New("invalid token")
 
+// Principal is what a request's credentials may do: a role, and for a
+// token limited to a project (docs/projects.md), that project.
+type Principal struct {
+	Role Role
+	// Project limits the token to one project's fleets; "" is every
+	// project (the admin token, unlimited scoped tokens).
+	Project string
+}
+
 // TokenVerifier resolves a bearer token that is not the admin token to its
-// role; ErrInvalidToken when it is not a valid scoped token.
-type TokenVerifier func(ctx context.Context, token string) (Role, error)
+// principal; ErrInvalidToken when it is not a valid scoped token.
+type TokenVerifier func(ctx context.Context, token string) (Principal, error)
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p (Require puts it there).
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// ProjectScope is the project a request's token is limited to; "" when it
+// is not limited (or the request was not authorized through Require).
+func ProjectScope(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(Principal)
+	return p.Project
+}
+
+// ErrOutOfScope is what a project-limited token gets for anything outside
+// its project: 403.
+var ErrOutOfScope = errors.New("outside the token's project")
+
+// ScopeError refuses a project-limited token: 403 with what it asked for.
+func ScopeError(project, what string) error {
+	return &AuthError{http.StatusForbidden, fmt.Errorf("%w: this token is limited to project %q; %s", ErrOutOfScope, project, what)}
+}
 
 // Server serves the HTTP API.
 type Server struct {
@@ -105,6 +137,11 @@ type Server struct {
 	// Scoped verifies scoped (read/operate) tokens; nil means only the
 	// admin token is accepted. Set it before serving.
 	Scoped TokenVerifier
+	// FleetProject names a fleet's project, for tokens limited to one
+	// (RequireFleet, status and event filtering); an error wrapping
+	// state.ErrNotFound for a fleet that does not exist. Nil: every fleet
+	// is outside any project-limited token. Set it before serving.
+	FleetProject func(ctx context.Context, fleet string) (string, error)
 	// Extra lets other components (rendezvous, agents, metrics) mount routes
 	// behind the same listener; they do their own auth.
 	Extra *http.ServeMux
@@ -118,13 +155,17 @@ func NewServer(b Backend, adminToken string, log *slog.Logger) *Server {
 	}
 	s := &Server{backend: b, token: []byte(adminToken), log: log, mux: http.NewServeMux(), Extra: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.Handle("GET /v1/status", s.Require(RoleRead, s.status))
-	s.mux.Handle("POST /v1/plan", s.Require(RoleOperate, s.plan))
-	s.mux.Handle("POST /v1/fleets", s.Require(RoleOperate, s.apply))
-	s.mux.Handle("GET /v1/fleets", s.Require(RoleRead, s.fleets))
-	s.mux.Handle("GET /v1/fleets/{name}", s.Require(RoleRead, s.fleet))
-	s.mux.Handle("DELETE /v1/fleets/{name}", s.Require(RoleOperate, s.destroy))
-	s.mux.Handle("GET /v1/events", s.Require(RoleRead, s.events))
+	// Project-limited tokens reach the routes below that filter or check
+	// by project (RequireScoped, RequireFleet); every other route is
+	// daemon-wide and refuses them (Require).
+	s.mux.Handle("GET /v1/status", s.RequireScoped(RoleRead, s.status))
+	// Plan and apply check the spec's projects in the backend (it parses it).
+	s.mux.Handle("POST /v1/plan", s.RequireScoped(RoleOperate, s.plan))
+	s.mux.Handle("POST /v1/fleets", s.RequireScoped(RoleOperate, s.apply))
+	s.mux.Handle("GET /v1/fleets", s.RequireScoped(RoleRead, s.fleets))
+	s.mux.Handle("GET /v1/fleets/{name}", s.RequireFleet(RoleRead, "name", s.fleet))
+	s.mux.Handle("DELETE /v1/fleets/{name}", s.RequireFleet(RoleOperate, "name", s.destroy))
+	s.mux.Handle("GET /v1/events", s.RequireScoped(RoleRead, s.events))
 	s.mux.Handle("/", s.Extra)
 	return s
 }
@@ -158,44 +199,105 @@ type AuthError struct {
 func (e *AuthError) Error() string { return e.Err.Error() }
 func (e *AuthError) Unwrap() error { return e.Err }
 
-// Authorize returns the role of the request's bearer token. The admin
-// token is checked first; anything else goes to the scoped verifier.
-func (s *Server) Authorize(r *http.Request) (Role, error) {
+// Authorize returns the principal of the request's bearer token. The
+// admin token is checked first; anything else goes to the scoped verifier.
+func (s *Server) Authorize(r *http.Request) (Principal, error) {
 	tok := BearerToken(r)
 	if tok == "" {
-		return RoleNone, &AuthError{http.StatusUnauthorized, errors.New("missing bearer token (set FLEETD_TOKEN)")}
+		return Principal{}, &AuthError{http.StatusUnauthorized, errors.New("missing bearer token (set FLEETD_TOKEN)")}
 	}
 	if TokenEqual(tok, s.token) {
-		return RoleAdmin, nil
+		return Principal{Role: RoleAdmin}, nil
 	}
 	if s.Scoped != nil {
-		role, err := s.Scoped(r.Context(), tok)
+		p, err := s.Scoped(r.Context(), tok)
 		switch {
 		case err == nil:
-			return role, nil
+			return p, nil
 		case !errors.Is(err, ErrInvalidToken):
 			// The store could not be read: not the caller's fault, and
 			// not a reason to answer 401 (clients would drop the token).
-			return RoleNone, &AuthError{http.StatusServiceUnavailable, fmt.Errorf("verify token: %w", err)}
+			return Principal{}, &AuthError{http.StatusServiceUnavailable, fmt.Errorf("verify token: %w", err)}
 		}
 	}
-	return RoleNone, &AuthError{http.StatusUnauthorized, ErrInvalidToken}
+	return Principal{}, &AuthError{http.StatusUnauthorized, ErrInvalidToken}
 }
 
 // Require wraps h so that only a token with at least role reaches it: 401
-// for a missing or unknown token, 403 for a valid token with a lower role.
+// for a missing or unknown token, 403 for a valid token with a lower role
+// and for a token limited to a project (the route is daemon-wide).
 func (s *Server) Require(role Role, h http.HandlerFunc) http.Handler {
+	return s.require(role, func(p Principal, r *http.Request) error {
+		if p.Project != "" {
+			return ScopeError(p.Project, fmt.Sprintf("%s %s is daemon-wide and needs a token not limited to a project", r.Method, r.URL.Path))
+		}
+		return nil
+	}, h)
+}
+
+// RequireScoped is Require for a route that serves project-limited tokens
+// itself: it filters what it shows, or checks what it changes, by
+// ProjectScope(r.Context()).
+func (s *Server) RequireScoped(role Role, h http.HandlerFunc) http.Handler {
+	return s.require(role, nil, h)
+}
+
+// RequireFleet is Require for a route naming a fleet in the path value
+// param: a project-limited token reaches it only for its project's
+// fleets (a fleet that does not exist is left to h: 404).
+func (s *Server) RequireFleet(role Role, param string, h http.HandlerFunc) http.Handler {
+	return s.require(role, func(p Principal, r *http.Request) error {
+		if p.Project == "" {
+			return nil
+		}
+		name := r.PathValue(param)
+		if s.FleetProject == nil {
+			return ScopeError(p.Project, fmt.Sprintf("fleet %q is not in it", name))
+		}
+		proj, err := s.FleetProject(r.Context(), name)
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			return nil
+		case err != nil:
+			return &AuthError{http.StatusServiceUnavailable, fmt.Errorf("fleet %q: %w", name, err)}
+		case proj == "":
+			return ScopeError(p.Project, fmt.Sprintf("fleet %q's stored spec cannot be read, so its project is unknown", name))
+		case proj != p.Project:
+			return ScopeError(p.Project, fmt.Sprintf("fleet %q is in project %q", name, proj))
+		}
+		return nil
+	}, h)
+}
+
+func (s *Server) require(role Role, scope func(Principal, *http.Request) error, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, err := s.Authorize(r)
-		if err == nil && got < role {
-			err = &AuthError{http.StatusForbidden, fmt.Errorf("a %s token may not do this (needs %s)", got, role)}
+		if err == nil && got.Role < role {
+			err = &AuthError{http.StatusForbidden, fmt.Errorf("a %s token may not do this (needs %s)", got.Role, role)}
+		}
+		if err == nil && scope != nil {
+			err = scope(got, r)
 		}
 		if err != nil {
 			WriteAuthError(w, err)
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(WithPrincipal(r.Context(), got)))
 	})
+}
+
+// InScope reports whether fleet is visible to the request's token: always
+// for a token not limited to a project.
+func (s *Server) InScope(ctx context.Context, fleet string) bool {
+	proj := ProjectScope(ctx)
+	if proj == "" {
+		return true
+	}
+	if s.FleetProject == nil {
+		return false
+	}
+	got, err := s.FleetProject(ctx, fleet)
+	return err == nil && got == proj
 }
 
 // WriteAuthError writes an AuthError (any other error is a 401).
@@ -277,7 +379,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *PreflightError
 	var ue *UnreachableError
 	var ne *NoAgentError
+	var ae *AuthError
 	switch {
+	case errors.As(err, &ae):
+		WriteAuthError(w, ae)
 	case errors.As(err, &ue):
 		WriteError(w, http.StatusUnprocessableEntity, ue)
 	case errors.As(err, &ne):
@@ -310,7 +415,23 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	st.Fleets = s.scopeFleets(r.Context(), st.Fleets)
 	WriteJSON(w, http.StatusOK, st)
+}
+
+// scopeFleets keeps the fleets a project-limited token may see.
+func (s *Server) scopeFleets(ctx context.Context, fleets []FleetSummary) []FleetSummary {
+	proj := ProjectScope(ctx)
+	if proj == "" {
+		return fleets
+	}
+	out := []FleetSummary{}
+	for _, f := range fleets {
+		if f.Project == proj {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
@@ -345,7 +466,7 @@ func (s *Server) fleets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, st.Fleets)
+	WriteJSON(w, http.StatusOK, s.scopeFleets(r.Context(), st.Fleets))
 }
 
 func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
@@ -408,11 +529,26 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		if len(evs) > 0 || wait == 0 {
-			next := since
-			if len(evs) > 0 {
-				next = evs[len(evs)-1].Seq
+		next := since
+		if len(evs) > 0 {
+			next = evs[len(evs)-1].Seq
+		}
+		if proj := ProjectScope(r.Context()); proj != "" {
+			// Only the project's fleets' events; daemon-wide ones (tokens,
+			// cluster) and other projects' are not the token's to see.
+			// Next still passes the events left out.
+			evs = s.scopeEvents(r.Context(), evs)
+			if len(evs) == 0 && next > since && wait > 0 {
+				since = next
+				select {
+				case <-deadline.C:
+					wait = 0
+				default:
+				}
+				continue
 			}
+		}
+		if len(evs) > 0 || wait == 0 {
 			if evs == nil {
 				evs = []state.Event{}
 			}
@@ -427,6 +563,26 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// scopeEvents keeps the events of fleets in the request's project.
+func (s *Server) scopeEvents(ctx context.Context, evs []state.Event) []state.Event {
+	in := map[string]bool{}
+	out := evs[:0:0]
+	for _, e := range evs {
+		if e.Fleet == "" {
+			continue
+		}
+		ok, seen := in[e.Fleet]
+		if !seen {
+			ok = s.InScope(ctx, e.Fleet)
+			in[e.Fleet] = ok
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // ReadAllLimited reads at most n bytes of r (used by the client for error bodies).

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,8 @@ const (
 type Stream struct {
 	backend Backend
 	auth    func(http.HandlerFunc) http.Handler
+	// inScope says whether a project-limited token may see a fleet's events.
+	inScope func(ctx context.Context, fleet string) bool
 
 	// Heartbeat, WriteTimeout and MaxStreams default to the constants above.
 	Heartbeat    time.Duration
@@ -53,10 +56,12 @@ type Stream struct {
 }
 
 // EventStream returns the SSE handler of s's backend, behind a read token
-// like every other /v1 read route. Mount it at GET /v1/events/stream and
+// like every other /v1 read route; a token limited to a project gets its
+// project's fleets' events only. Mount it at GET /v1/events/stream and
 // call Close when the HTTP server shuts down.
 func (s *Server) EventStream() *Stream {
-	return &Stream{backend: s.backend, auth: func(h http.HandlerFunc) http.Handler { return s.Require(RoleRead, h) }, done: make(chan struct{})}
+	return &Stream{backend: s.backend, auth: func(h http.HandlerFunc) http.Handler { return s.RequireScoped(RoleRead, h) },
+		inScope: s.InScope, done: make(chan struct{})}
 }
 
 // Close ends every open stream; later requests get 503.
@@ -115,6 +120,12 @@ func (st *Stream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fleet := r.URL.Query().Get("fleet")
+	proj := ProjectScope(r.Context())
+	if proj != "" && st.inScope == nil {
+		WriteAuthError(w, ScopeError(proj, "this stream cannot tell fleets' projects"))
+		return
+	}
+	scoped := proj != ""
 	select {
 	case <-st.done:
 		WriteError(w, http.StatusServiceUnavailable, errors.New("daemon is shutting down"))
@@ -154,10 +165,23 @@ func (st *Stream) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		buf.Reset()
+		// Per page: a fleet name destroyed and re-applied in another
+		// project is judged again on the next page.
+		visible := map[string]bool{}
 		for _, e := range evs {
 			since = e.Seq
 			if fleet != "" && e.Fleet != fleet {
 				continue
+			}
+			if scoped {
+				ok, seen := visible[e.Fleet]
+				if !seen {
+					ok = e.Fleet != "" && st.inScope(r.Context(), e.Fleet)
+					visible[e.Fleet] = ok
+				}
+				if !ok {
+					continue
+				}
 			}
 			writeSSE(&buf, e)
 		}

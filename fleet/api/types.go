@@ -227,8 +227,11 @@ type FleetSummary struct {
 	Generation int64  `json:"generation"`
 	// Incarnation identifies this life of the fleet name (apply to
 	// destroy); events and logs of earlier ones are kept under theirs.
-	Incarnation  string         `json:"incarnation,omitempty"`
-	Destroying   bool           `json:"destroying,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"`
+	Destroying  bool   `json:"destroying,omitempty"`
+	// Project is the fleet's project (docs/projects.md); absent when its
+	// stored spec is unreadable.
+	Project      string         `json:"project,omitempty"`
 	MinNodes     int            `json:"min_nodes"`
 	MaxNodes     int            `json:"max_nodes"`
 	TargetNodes  int            `json:"target_nodes"`
@@ -468,6 +471,9 @@ type EventsResponse struct {
 type TokenRequest struct {
 	Role string `json:"role"`           // "read" or "operate"
 	Name string `json:"name,omitempty"` // for humans: who or what uses it
+	// Project limits the token to one project's fleets; "" is every
+	// project.
+	Project string `json:"project,omitempty"`
 }
 
 // TokenInfo describes a scoped token; it never carries the secret.
@@ -475,6 +481,7 @@ type TokenInfo struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name,omitempty"`
 	Role      string    `json:"role"`
+	Project   string    `json:"project,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

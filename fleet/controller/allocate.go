@@ -65,7 +65,8 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 	c := p.c
 	now := c.now()
 	specs := map[string]*spec.Fleet{}
-	any := c.opts.Projects.Enabled()
+	projs := c.opts.ProjectsNow() // one view for the whole pass
+	any := projs.Enabled()
 	for _, f := range fleets {
 		if f.Destroying || f.Completed {
 			continue
@@ -80,8 +81,8 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		return
 	}
 	p.observeSpend(ctx, fleets, specs, now)
-	in := allocator.Input{Now: now, PoolGPUs: c.opts.Projects.Pool(), Params: c.opts.Allocation,
-		Projects: allocator.ProjectsOf(c.opts.Projects, func(pr projects.Project) budget.Status {
+	in := allocator.Input{Now: now, PoolGPUs: projs.Pool(), Params: c.opts.Allocation,
+		Projects: allocator.ProjectsOf(projs, func(pr projects.Project) budget.Status {
 			return p.status("project", pr.Name, *pr.Budget)
 		})}
 	var rst rendezvous.Status
@@ -145,7 +146,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		if af.Arrival.IsZero() {
 			af.Arrival = f.CreatedAt
 		}
-		if p, ok := c.opts.Projects.Get(af.Project); ok {
+		if p, ok := projs.Get(af.Project); ok {
 			af.Priority = p.Priority
 		}
 		in.Fleets = append(in.Fleets, af)

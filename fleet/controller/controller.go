@@ -118,8 +118,11 @@ type Options struct {
 	// Projects are the daemon's projects (nil or empty: none; fleets are
 	// sized on their own unless a fleet has a budget); Allocation tunes
 	// the allocator (allocate.go).
-	Projects   *projects.Config
-	Allocation allocator.Params
+	Projects *projects.Config
+	// ProjectsNow, when set, is asked for the projects at each use
+	// instead of Projects: an admin changes them while the daemon runs.
+	ProjectsNow func() *projects.Config
+	Allocation  allocator.Params
 }
 
 // Controller runs the reconcile passes of every fleet.
@@ -156,6 +159,10 @@ func New(o Options) *Controller {
 	}
 	if o.Projects == nil {
 		o.Projects = &projects.Config{}
+	}
+	if o.ProjectsNow == nil {
+		static := o.Projects
+		o.ProjectsNow = func() *projects.Config { return static }
 	}
 	if o.Rendezvous == nil {
 		o.Rendezvous = func() Rendezvous { return nil }

@@ -79,7 +79,7 @@ func (p *pool) observeSpend(ctx context.Context, fleets []state.Fleet, specs map
 	}
 	alerts := l.Alerts(now, func(kind, name string) (budget.Limits, bool) {
 		if kind == "project" {
-			p, ok := c.opts.Projects.Get(name)
+			p, ok := c.opts.ProjectsNow().Get(name)
 			if !ok || p.Budget == nil {
 				return budget.Limits{}, false
 			}
@@ -123,8 +123,13 @@ func (p *pool) loadLedger(ctx context.Context) *budget.Ledger {
 		l = &budget.Ledger{}
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ledger != nil {
+		// Loaded meanwhile (a pass and a charge at once): one ledger, or
+		// a charge made on the other would be lost.
+		return p.ledger
+	}
 	p.ledger, p.ledgerSaved = l, c.now()
-	p.mu.Unlock()
 	return l
 }
 
@@ -153,6 +158,21 @@ func (p *pool) saveLedger(ctx context.Context, now time.Time, force bool) {
 	p.mu.Lock()
 	p.ledgerSaved, p.ledgerDirty = now, false
 	p.mu.Unlock()
+}
+
+// ChargeEgress records a checkpoint move's egress ($) in the budget
+// ledger, on the fleet's and its project's accounts, and saves the ledger
+// at once: unlike node time, egress cannot be recomputed from the node
+// records after a restart.
+func (c *Controller) ChargeEgress(ctx context.Context, fleet, project string, usd float64) {
+	p := c.pool
+	l := p.loadLedger(ctx)
+	now := c.now()
+	p.mu.Lock()
+	l.Charge(now, fleet, project, budget.Spend{Egress: usd})
+	p.ledgerDirty = true
+	p.mu.Unlock()
+	p.saveLedger(ctx, now, true)
 }
 
 // BudgetStatus is a fleet's or project's budget status now (kind "fleet"

@@ -239,3 +239,68 @@ func quotaList(ps []Project) []string {
 	}
 	return out
 }
+
+// Validate checks a project built in code (an admin's change through the
+// API); Decode reports the same rules with positions.
+func Validate(p Project) error {
+	var errs []string
+	if len(p.Name) > MaxNameLen || !nameRE.MatchString(p.Name) {
+		errs = append(errs, fmt.Sprintf("%q is not a valid project name: use at most %d lowercase letters, digits and dashes, starting with a letter and not ending with a dash", p.Name, MaxNameLen))
+	}
+	if p.QuotaGPUs < 0 {
+		errs = append(errs, fmt.Sprintf("quota_gpus must be 0 or more, got %d", p.QuotaGPUs))
+	}
+	switch {
+	case p.MaxGPUs < 1:
+		errs = append(errs, fmt.Sprintf("max_gpus must be at least 1, got %d", p.MaxGPUs))
+	case p.QuotaGPUs > p.MaxGPUs:
+		errs = append(errs, fmt.Sprintf("quota_gpus (%d) must not exceed max_gpus (%d): the quota is guaranteed, max_gpus is the ceiling with borrowing", p.QuotaGPUs, p.MaxGPUs))
+	}
+	if p.Budget != nil {
+		if err := p.Budget.Validate(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("project %s: %s", p.Name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Change is an admin's change to one project, made through the API and
+// kept in the state store: it replaces the daemon.hcl project of the same
+// name, adds one, or (Deleted) removes it.
+type Change struct {
+	Project Project `json:"project"`
+	Deleted bool    `json:"deleted,omitempty"`
+}
+
+// With is c with the changes applied (c itself is not modified): a change
+// replaces the project of its name whole, or appends it; a deletion drops
+// it. Projects keep daemon.hcl's order, added ones follow in the order of
+// changes. The pool (max_gpus) stays daemon.hcl's.
+func (c *Config) With(changes []Change) *Config {
+	out := &Config{}
+	if c != nil {
+		out.MaxGPUs = c.MaxGPUs
+		out.Projects = append(out.Projects, c.Projects...)
+	}
+	for _, ch := range changes {
+		i := -1
+		for j, p := range out.Projects {
+			if p.Name == ch.Project.Name {
+				i = j
+			}
+		}
+		switch {
+		case ch.Deleted && i >= 0:
+			out.Projects = append(out.Projects[:i:i], out.Projects[i+1:]...)
+		case ch.Deleted:
+		case i >= 0:
+			out.Projects[i] = ch.Project
+		default:
+			out.Projects = append(out.Projects, ch.Project)
+		}
+	}
+	return out
+}

@@ -166,3 +166,65 @@ func TestPoolAndLookup(t *testing.T) {
 		t.Error("Enabled")
 	}
 }
+
+// TestWith: stored changes replace daemon.hcl's projects by name, add new
+// ones after them, and delete; the base is not modified.
+func TestWith(t *testing.T) {
+	base := &Config{MaxGPUs: 8, Projects: []Project{{Name: "a", QuotaGPUs: 2, MaxGPUs: 4}, {Name: "b", QuotaGPUs: 3, MaxGPUs: 3}}}
+	for _, tc := range []struct {
+		name    string
+		changes []Change
+		want    []Project
+	}{
+		{"none", nil, base.Projects},
+		{"replace", []Change{{Project: Project{Name: "a", QuotaGPUs: 1, MaxGPUs: 1, Priority: 3}}},
+			[]Project{{Name: "a", QuotaGPUs: 1, MaxGPUs: 1, Priority: 3}, {Name: "b", QuotaGPUs: 3, MaxGPUs: 3}}},
+		{"add", []Change{{Project: Project{Name: "c", QuotaGPUs: 1, MaxGPUs: 2}}},
+			[]Project{{Name: "a", QuotaGPUs: 2, MaxGPUs: 4}, {Name: "b", QuotaGPUs: 3, MaxGPUs: 3}, {Name: "c", QuotaGPUs: 1, MaxGPUs: 2}}},
+		{"delete", []Change{{Project: Project{Name: "a"}, Deleted: true}}, []Project{{Name: "b", QuotaGPUs: 3, MaxGPUs: 3}}},
+		{"delete unknown", []Change{{Project: Project{Name: "zz"}, Deleted: true}}, base.Projects},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := base.With(tc.changes)
+			if !reflect.DeepEqual(got.Projects, tc.want) || got.MaxGPUs != 8 {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			if len(base.Projects) != 2 || base.Projects[0].QuotaGPUs != 2 {
+				t.Fatalf("the base changed: %+v", base)
+			}
+		})
+	}
+	var nilCfg *Config
+	if got := nilCfg.With([]Change{{Project: Project{Name: "a", QuotaGPUs: 1, MaxGPUs: 1}}}); len(got.Projects) != 1 || got.Pool() != 1 {
+		t.Errorf("nil base: %+v", got)
+	}
+}
+
+// TestValidate: the API's checks say what is wrong, all of it.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Project
+		want []string // substrings; none: valid
+	}{
+		{"valid", Project{Name: "vision", QuotaGPUs: 16, MaxGPUs: 32, Budget: &budget.Limits{PerHour: 60, Total: 5000, WarnAt: 0.8, OnExhausted: budget.Pause}}, nil},
+		{"quota 0", Project{Name: "spare", QuotaGPUs: 0, MaxGPUs: 4}, nil},
+		{"quota above max", Project{Name: "a", QuotaGPUs: 8, MaxGPUs: 4}, []string{"quota_gpus (8) must not exceed max_gpus (4)"}},
+		{"max 0", Project{Name: "a", QuotaGPUs: 0, MaxGPUs: 0}, []string{"max_gpus must be at least 1"}},
+		{"negative quota", Project{Name: "a", QuotaGPUs: -1, MaxGPUs: 2}, []string{"quota_gpus must be 0 or more"}},
+		{"bad name and negative budget", Project{Name: "Bad_Name", QuotaGPUs: 1, MaxGPUs: 1, Budget: &budget.Limits{PerHour: -1}},
+			[]string{"not a valid project name", "per_hour must not be negative"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Validate(tc.p)
+			if (err == nil) != (len(tc.want) == 0) {
+				t.Fatalf("Validate = %v, want errors %q", err, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v does not say %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/api/schema"
+	"github.com/fleetd/fleetd/fleet/budget"
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
@@ -94,6 +95,9 @@ func TestSchemaCoversWireTypes(t *testing.T) {
 		{"AllocationInfo", api.AllocationInfo{}},
 		{"BudgetInfo", api.BudgetInfo{}},
 		{"Project", api.Project{}},
+		{"ProjectRequest", api.ProjectRequest{}},
+		{"ProjectChanged", api.ProjectChanged{}},
+		{"BudgetLimits", budget.Limits{}},
 		{"QueueEntry", api.QueueEntry{}},
 		{"ScaleOption", api.ScaleOption{}},
 		{"ScaleModel", api.ScaleModel{}},

@@ -1,5 +1,5 @@
-// fleetd dashboard: reads /v1/status, /v1/fleets/{name} and /v1/events with
-// the admin token and follows /v1/events/stream (Server-Sent Events read
+// fleetd dashboard: reads /v1/status, /v1/fleets/{name}, /v1/projects,
+// /v1/queue and /v1/events with the token and follows /v1/events/stream (Server-Sent Events read
 // through fetch, so the token travels in the Authorization header, never in
 // a URL). Plain DOM and inline SVG; no dependencies, no build step.
 "use strict";
@@ -17,6 +17,8 @@
   const app = {
     token: "",
     status: null,
+    projects: null,    // GET /v1/projects
+    queue: null,       // GET /v1/queue
     selected: "",
     detail: null,
     samples: {},       // fleet → [{t, counts: {state: n}, cost}]
@@ -167,8 +169,10 @@
 
   async function refresh() {
     app.lastRefresh = Date.now();
-    const st = await api("/v1/status");
+    const [st, projects, queue] = await Promise.all([api("/v1/status"), api("/v1/projects"), api("/v1/queue")]);
     app.status = st;
+    app.projects = projects;
+    app.queue = queue;
     for (const f of st.fleets) addSample(f);
     if (!app.selected || !st.fleets.some((f) => f.name === app.selected)) {
       app.selected = st.fleets.length ? st.fleets[0].name : "";
@@ -262,6 +266,7 @@
     if (!st) return;
     $("daemon").textContent = `${st.daemon_id} · ${st.version} · api ${st.api_version}`;
     renderFleets(st.fleets);
+    renderProjects(app.projects, app.queue);
     renderDetail(app.detail);
     renderEvents();
   }
@@ -298,6 +303,57 @@
     }
   }
 
+  // The projects view (docs/projects.md): quota, borrowed and lent GPUs,
+  // spend against the budget with its burn rate and when it runs out, and
+  // the queue in start order with each fleet's reason.
+  function renderProjects(pr, q) {
+    const declared = pr ? pr.projects.filter((p) => !p.unlimited) : [];
+    const waiting = q ? q.queue : [];
+    const shown = pr ? pr.projects.filter((p) => !p.unlimited || p.fleets.length || p.budget) : [];
+    $("no-projects").hidden = declared.length > 0;
+    $("projects").hidden = shown.length === 0;
+    $("pool").textContent = declared.length ? `— pool ${pr.used_gpus} of ${pr.pool_gpus} GPUs allocated` : "";
+    const tb = $("projects").tBodies[0];
+    tb.replaceChildren();
+    for (const p of shown) {
+      const b = p.budget;
+      let spend = "–", burn = "–", out = "–", state = el("span", { class: "muted" }, "none");
+      if (b) {
+        const limit = b.total_limit || 0;
+        const frac = limit > 0 ? Math.min(1, b.spent_usd / limit) : 0;
+        spend = el("span", { class: "budget-" + b.state },
+          limit > 0 ? el("span", { class: "budget-bar", title: Math.round(frac * 100) + "% spent" }, el("i", {})) : "",
+          usd(b.spent_usd) + (limit > 0 ? " of " + usd(limit) : ""));
+        if (limit > 0) spend.querySelector(".budget-bar i").style.width = (frac * 100).toFixed(1) + "%";
+        burn = usdh(b.burn_per_hour) + (b.per_hour_limit ? " (cap " + usdh(b.per_hour_limit) + ")" : "");
+        if (b.exhausts_at) out = dur((Date.parse(b.exhausts_at) - Date.parse(app.status.time)) / 1000);
+        else if (b.state === "exhausted") out = "spent";
+        state = el("span", { class: "budget-state budget-" + b.state, title: b.reason }, b.state);
+      }
+      const dashIf = (v) => (p.unlimited ? "–" : String(v));
+      tb.append(el("tr", { "data-project": p.name },
+        el("td", {}, el("b", {}, p.name), p.priority ? el("span", { class: "muted" }, " prio " + p.priority) : ""),
+        el("td", { class: "project-quota" }, dashIf(p.quota_gpus)), el("td", {}, dashIf(p.max_gpus)),
+        el("td", { class: "project-used" }, String(p.used_gpus)),
+        el("td", { class: "project-borrowed" }, dashIf(p.borrowed_gpus)), el("td", { class: "project-lent" }, dashIf(p.lent_gpus)),
+        el("td", { class: "project-spend" }, spend), el("td", { class: "project-burn" }, burn), el("td", {}, out),
+        el("td", { class: "project-budget" }, state), el("td", {}, String(p.queued)),
+        el("td", {}, p.fleets.length ? p.fleets.join(", ") : "–"),
+        el("td", { class: "muted" }, p.unlimited ? "default" : p.source === "api" ? "admin" : "daemon.hcl")));
+    }
+    $("no-queue").hidden = waiting.length > 0;
+    $("queue").hidden = waiting.length === 0;
+    const qb = $("queue").tBodies[0];
+    qb.replaceChildren();
+    const now = Date.parse(app.status.time);
+    for (const e of waiting) {
+      qb.append(el("tr", { "data-fleet": e.fleet, "data-position": String(e.position) },
+        el("td", {}, String(e.position) + (e.reserved ? " (reserved)" : "")), el("td", {}, el("b", {}, e.fleet)),
+        el("td", {}, e.project), el("td", {}, String(e.priority)), el("td", {}, dur((now - Date.parse(e.since)) / 1000)),
+        el("td", { class: "msg queue-reason" }, e.reason)));
+    }
+  }
+
   function renderDetail(d) {
     $("detail").hidden = !d;
     if (!d) return;
@@ -316,6 +372,12 @@
     $("kpi-interruptions").textContent = String(d.interruptions || 0);
     renderTraining(d);
     renderCheckpoint(d);
+    const a = d.allocation;
+    $("allocation").hidden = !a;
+    if (a) {
+      const what = a.action === "queue" ? `queued #${a.queue_position || "?"}` : `${a.action} ${a.target} nodes`;
+      $("allocation-explain").textContent = `${a.project}: ${what} (${a.kind}) — ${a.reason}`;
+    }
 
     const al = $("alerts");
     al.replaceChildren();
