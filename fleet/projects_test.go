@@ -170,6 +170,13 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 			t.Fatalf("alpha's rank-0 node %s was drained (%s)", rank0, n.State)
 		}
 	}
+	// The reclaim is a resize the allocator remembers (persisted): it
+	// prices alpha's next one over a shorter expected hold.
+	var resized int
+	waitFor(t, "alpha's resize counted", 10*time.Second, func() bool {
+		resized = readRuntime(t, td, "alpha").Alloc.Resizes
+		return resized >= 1
+	})
 	sum, err := td.client.Fleet(ctx, "alpha")
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +253,7 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
+	waitFor(t, "alpha's growth counted", 10*time.Second, func() bool { return readRuntime(t, td, "alpha").Alloc.Resizes > resized })
 }
 
 // memDaemon is a test daemon on the in-memory provider without projects

@@ -195,17 +195,37 @@ func (a *alloc) stall(f *Fleet) time.Duration {
 	return a.p.RestartChangeover + time.Duration(f.Change.CheckpointGB/a.p.RestoreGBPerSec*float64(time.Second))
 }
 
-// gain is the value of taking the fleet from n to m nodes: the work rate
-// it adds (GPU-equivalents, priority-weighted), with the nodes it already
-// runs counting Hysteresis more (and much more while it settles), less
-// the resize's stall spread over the horizon, or plus it when the step
-// returns to the live size (no resize at all).
+// u is the fleet's utility at n nodes: its speedup s(n) through the
+// power p of the generalized mean the allocation maximizes (log s at
+// p = 0, s^p / p otherwise; s itself at p = 1). Summed over fleets, the
+// greedy fill maximizes that mean; below p = 1 a GPU is worth more to a
+// fleet far below its speedup than the same added work is to one
+// already fast, and at p = 0 a fleet's gain is relative (Δs / s), so
+// its unit of throughput does not matter.
+func (a *alloc) u(f *fstate, n int) float64 {
+	s, p := f.s(n), a.p.FairnessPower
+	switch {
+	case p == 1:
+		return s
+	case s <= 0:
+		return math.Inf(-1)
+	case p == 0:
+		return math.Log(s)
+	}
+	return math.Pow(s, p) / p
+}
+
+// gain is the value of taking the fleet from n to m nodes: the utility
+// it adds (priority-weighted), with the nodes it already runs counting
+// Hysteresis more (and much more while it settles), less the resize's
+// stall spread over the horizon, or plus it when the step returns to the
+// live size (no resize at all).
 func (a *alloc) gain(f *fstate, n, m int) float64 {
-	v := f.weight * (f.s(m) - f.s(n))
+	v := f.weight * (a.u(f, m) - a.u(f, n))
 	c := f.incumbent
 	if c > n {
 		k := min(m, c)
-		v += f.weight * (f.s(k) - f.s(n)) * a.p.Hysteresis
+		v += f.weight * (a.u(f, k) - a.u(f, n)) * a.p.Hysteresis
 		if f.settling {
 			v += 1e6 * float64(k-n)
 		}
@@ -219,6 +239,29 @@ func (a *alloc) gain(f *fstate, n, m int) float64 {
 		}
 	}
 	return v
+}
+
+// stallCost is what losing the fraction frac of its work over the time
+// an allocation holds costs a fleet at n nodes: u(s) − u(s·(1−frac)) to
+// first order, s^p · frac (s · frac at p = 1, frac at p = 0).
+func (a *alloc) stallCost(f *fstate, n int, frac float64) float64 {
+	return f.weight * math.Pow(f.s(n), a.p.FairnessPower) * frac
+}
+
+// holds is how long the fleet's next allocation is expected to hold:
+// its mean time between resizes, estimated from its own since it
+// arrived with one resize per Horizon as the prior ((age + Horizon) /
+// (resizes + 1)), at most the Horizon. This is Pollux's restart penalty
+// (its speedup factor (age − r·d) / (age + d) after r restarts of stall
+// d charges (r+1)·d over the job's age) read as an expected hold time; the
+// prior keeps a fleet only seconds old, with no history to go by, from
+// being priced as if it changed every few seconds.
+func (a *alloc) holds(f *Fleet) time.Duration {
+	if f.Arrival.IsZero() {
+		return a.p.Horizon
+	}
+	age := max(a.in.Now.Sub(f.Arrival), 0)
+	return min(a.p.Horizon, (age+a.p.Horizon)/time.Duration(max(f.Resizes, 0)+1))
 }
 
 // gate applies what is decided before any GPU is shared out: paused
@@ -303,7 +346,7 @@ func (a *alloc) gate() {
 			f.proj.perHour += float64(f.lo) * f.price()
 			f.settling = in.Current > 0 && !in.LastChange.IsZero() && a.in.Now.Sub(in.LastChange) < a.p.MinInterval
 			if f.incumbent > 0 {
-				f.penalty = f.weight * f.s(f.incumbent) * a.stall(in).Hours() / a.p.Horizon.Hours()
+				f.penalty = a.stallCost(f, f.incumbent, min(a.stall(in).Hours()/a.holds(in).Hours(), 1))
 			}
 		}
 	}

@@ -600,3 +600,115 @@ func TestPure(t *testing.T) {
 		t.Errorf("two decisions differ:\n%s\n%s", j1, j2)
 	}
 }
+
+// TestFairnessPower pins the utility the fill maximizes on a linear
+// fleet and one that gains 70 % from a 2nd node and nothing after, 5
+// GPUs: total work (p = 1) gives the linear one every GPU it can use;
+// the geometric mean (the default) and Pollux's p = −1 give the other
+// its 2nd node, worth more to it (+70 %) than the linear fleet's 4th
+// (+33 %) is to the linear one. In every case the flat fleet gets
+// nothing past what it can use.
+func TestFairnessPower(t *testing.T) {
+	tests := []struct {
+		name            string
+		power           float64
+		linTo, sublinTo int
+	}{
+		{"total work (p = 1)", 1, 4, 1},
+		{"geometric mean (default)", 0, 3, 2},
+		{"Pollux (p = -1)", -1, 3, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 5, MaxGPUs: 5}}, Params: Params{FairnessPower: tc.power},
+				Fleets: []Fleet{applied("lin", "p", 1, 4, t0), applied("sub", "p", 1, 4, t0)}}
+			in.Fleets[0].Curve, in.Fleets[1].Curve = linear(4), table{1: 100, 2: 170, 3: 171, 4: 172}
+			d := Decide(in)
+			expect(t, d, "lin", Run, tc.linTo, "start")
+			expect(t, d, "sub", Run, tc.sublinTo, "start")
+		})
+	}
+}
+
+// TestResizedOftenHolds: a resize's stall is spread over the time the
+// fleet is expected to hold its new size, the Horizon or its own mean
+// time between resizes when shorter (Pollux's restart penalty). a's 3rd
+// node adds 13 %, b's 2nd would add 30 %: between fleets resized once in
+// the hour the node moves; between fleets resized every five minutes
+// (12 in the hour: (1 h + the 30-minute prior) / 13 ≈ 7 minutes per
+// size) the 1-minute stall costs each a seventh of its work, and it
+// stays.
+func TestResizedOftenHolds(t *testing.T) {
+	tests := []struct {
+		name    string
+		resizes int
+		aTo     int
+	}{
+		{"resized once in the hour: moves", 1, 2},
+		{"resized every 5 minutes: holds", 12, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := running("a", "p", 3, 1, 3), running("b", "p", 1, 1, 3)
+			a.Curve, b.Curve = table{1: 100, 2: 150, 3: 170}, table{1: 100, 2: 130, 3: 131}
+			a.Resizes, b.Resizes = tc.resizes, tc.resizes
+			d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}}, Fleets: []Fleet{a, b}})
+			expect(t, d, "a", Run, tc.aTo, "")
+			expect(t, d, "b", Run, 4-tc.aTo, "")
+		})
+	}
+}
+
+// TestShortJobBehindALongOne drives two linear fleets in virtual time
+// (a pass a minute): a long one holds the whole pool of 8 when a short
+// one, an eighth of its work, arrives. Maximizing total work leaves the
+// newcomer its min_nodes (every GPU adds the same to either); the
+// geometric mean gives it its share at once, so it ends far sooner and
+// the long one no later (the pool's work is the same): the average
+// completion time falls.
+func TestShortJobBehindALongOne(t *testing.T) {
+	run := func(power float64) (short, long time.Duration) {
+		in := Input{Now: t0, PoolGPUs: 8, Projects: []Project{{Name: "p", QuotaGPUs: 8, MaxGPUs: 8}}, Params: Params{FairnessPower: power}}
+		lf := running("long", "p", 8, 1, 8)
+		lf.Arrival, lf.Curve = t0.Add(-time.Hour), linear(8)
+		sf := applied("short", "p", 1, 8, t0)
+		sf.Curve = linear(8)
+		in.Fleets = []Fleet{lf, sf}
+		work := map[string]float64{"long": 100 * 8 * 3600, "short": 100 * 8 * 3600 / 8}
+		ended := map[string]time.Duration{}
+		for pass := 0; pass < 24*60 && len(in.Fleets) > 0; pass++ {
+			d := Decide(in)
+			moved := after(in, d, in.Now.Add(time.Minute))
+			next := moved
+			next.Fleets = nil
+			for _, f := range moved.Fleets {
+				if f.Current != mustFleet(t, d, f.Name).From && f.Running {
+					f.Resizes++
+				}
+				x, _ := f.Curve.Throughput(f.Current)
+				if f.Current > 0 && f.Running {
+					work[f.Name] -= x * 60
+				}
+				if work[f.Name] <= 0 {
+					ended[f.Name] = in.Now.Add(time.Minute).Sub(f.Arrival)
+					continue
+				}
+				next.Fleets = append(next.Fleets, f)
+			}
+			in = next
+		}
+		return ended["short"], ended["long"]
+	}
+	s1, l1 := run(1)
+	s0, l0 := run(0)
+	t.Logf("total work: short %s, long %s; geometric mean: short %s, long %s", s1, l1, s0, l0)
+	if s0 == 0 || l0 == 0 || s1 == 0 || l1 == 0 {
+		t.Fatalf("unfinished: %s %s %s %s", s1, l1, s0, l0)
+	}
+	if !(s0 < s1*2/3) {
+		t.Errorf("short job: %s with the geometric mean, %s with total work: want it far sooner", s0, s1)
+	}
+	if !(s0+l0 < s1+l1) {
+		t.Errorf("sum of completion times: %s with the geometric mean, %s with total work", s0+l0, s1+l1)
+	}
+}

@@ -262,7 +262,7 @@ func (a *alloc) weakest(f *fstate, ownOnly bool) string {
 		if h == f || !h.managed || h.n <= h.lo || (h.proj != f.proj && (ownOnly || h.proj.used <= h.proj.quota())) {
 			continue
 		}
-		v := h.weight * (h.s(h.n) - h.s(h.n-1)) / float64(max(h.g, 1))
+		v := h.weight * (a.u(h, h.n) - a.u(h, h.n-1)) / float64(max(h.g, 1))
 		if v < bv {
 			best, bv = h, v
 		}

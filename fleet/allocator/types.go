@@ -27,8 +27,10 @@ type Curve interface {
 
 // Params tune the decision; zero fields take the defaults.
 type Params struct {
-	// Horizon is how long an allocation is expected to hold: a change's
-	// cost (the stall of the fleets it resizes) is spread over it.
+	// Horizon is how long an allocation is expected to hold at most: a
+	// change's cost (the stall of the fleet it resizes) is spread over
+	// it, or over the fleet's own mean time between resizes so far
+	// (Fleet.Resizes) when that is shorter.
 	Horizon time.Duration `json:"horizon"`
 	// Hysteresis: the nodes a fleet already runs count this much more
 	// than nodes it would gain, so small throughput differences (noise)
@@ -52,6 +54,13 @@ type Params struct {
 	// PriorityDoubling: a fleet's goodput weighs twice as much per this
 	// many priority points.
 	PriorityDoubling float64 `json:"priority_doubling"`
+	// FairnessPower is the exponent p of the generalized (power) mean of
+	// the fleets' speedups that the allocation maximizes, as Pollux's
+	// fitness does (docs/projects.md). 0, the default, is the geometric
+	// mean (Σ log s: proportional fairness, which no fleet's unit of
+	// throughput can tilt); 1 is total work (a GPU goes where it adds the
+	// most); −1 is Pollux's choice.
+	FairnessPower float64 `json:"fairness_power"`
 }
 
 // Defaults.
@@ -180,6 +189,12 @@ type Fleet struct {
 	// live ones included; 0: no known limit.
 	CapacityNodes int    `json:"capacity_nodes,omitempty"`
 	Budget        Budget `json:"budget"`
+	// ServedGPUHours is the GPU-hours it has held since it was applied.
+	// Resizes is how many times its live size changed since Arrival
+	// (each a restart or an in-process handover, interruptions
+	// included): a fleet resized often gets less from another resize,
+	// as it holds each size less long (Params.Horizon).
+	Resizes int `json:"resizes,omitempty"`
 }
 
 // Input is everything one decision looks at.

@@ -33,8 +33,9 @@ type pool struct {
 }
 
 // SavedAllocation is what the allocator needs remembered of a fleet
-// between passes (allocator.Fleet's Running, Paused, Arrival, LastChange),
-// saved with the fleet's runtime so a restart or failover keeps it.
+// between passes (allocator.Fleet's Running, Paused, Arrival, LastChange,
+// Resizes), saved with the fleet's runtime so a restart or failover keeps
+// it.
 type SavedAllocation struct {
 	// Admitted: a decision said run; kept until the fleet pauses.
 	Admitted       bool `json:"admitted,omitempty"`
@@ -49,6 +50,9 @@ type SavedAllocation struct {
 	LastChange time.Time `json:"last_change,omitzero"`
 	// Current is its live nodes at the last decision (LastChange).
 	Current int `json:"current,omitempty"`
+	// Resizes counts the changes of Current while it ran, since Arrival
+	// (allocator.Fleet.Resizes).
+	Resizes int `json:"resizes,omitempty"`
 	// To and ChangedAt: the last allocated size and when it changed, so
 	// the reconciler acts on a new allocation without its cooldowns.
 	To        int       `json:"to,omitempty"`
@@ -142,7 +146,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		}
 		e.pass.Unlock()
 		af.Running, af.Paused, af.PausedByBudget = sa.Admitted, sa.Paused, sa.PausedByBudget
-		af.Arrival, af.LastChange = sa.Arrival, sa.LastChange
+		af.Arrival, af.LastChange, af.Resizes = sa.Arrival, sa.LastChange, sa.Resizes
 		if af.Arrival.IsZero() {
 			af.Arrival = f.CreatedAt
 		}
@@ -232,7 +236,7 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 	case allocator.Queue:
 		// A fleet paused by its budget queues again once the budget allows.
 		if sa.PausedByBudget {
-			sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Arrival = false, false, false, now
+			sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Arrival, sa.Resizes = false, false, false, now, 0
 		}
 		sa.Admitted = false
 	case allocator.Pause, allocator.Stop:
@@ -245,6 +249,9 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 		sa.Admitted = false
 	}
 	if a.From != sa.Current {
+		if a.From > 0 && sa.Current > 0 {
+			sa.Resizes++
+		}
 		sa.Current, sa.LastChange = a.From, now
 	}
 	to := a.To
@@ -354,7 +361,7 @@ func (c *Controller) Resume(ctx context.Context, name string) (bool, error) {
 		return false, nil
 	}
 	now := c.now()
-	sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Admitted, sa.Arrival = false, false, false, false, now
+	sa.Paused, sa.PausedByBudget, sa.Stopping, sa.Admitted, sa.Arrival, sa.Resizes = false, false, false, false, now, 0
 	c.save(ctx, name, rt, now, true)
 	e.pass.Unlock()
 	c.appendEvent(ctx, state.Event{Fleet: name, Type: "fleet.resumed", Message: fmt.Sprintf("fleet %s resumed: it queues to start again", name)})

@@ -415,7 +415,7 @@ func (p *fleetd) decide(now time.Duration, live []*jobState) {
 	for _, j := range live {
 		f := allocator.Fleet{Name: j.Name, Project: project(j), GPUsPerNode: 1, MinNodes: 1, MaxNodes: p.maxGPUs(j),
 			Current: j.gpus, Running: j.admitted, Arrival: epoch0.Add(j.Arrival),
-			Curve: curve{p: p, j: j}, Change: allocator.Change{Changeover: p.cfg.Changeover}}
+			Curve: curve{p: p, j: j}, Change: allocator.Change{Changeover: p.cfg.Changeover}, Resizes: j.restarts}
 		if p.m != nil {
 			f.CapacityNodes = p.m.capacityNodes(j)
 			f.PricePerNodeHour = p.m.ladder(1)[0]
