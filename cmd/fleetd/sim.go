@@ -59,7 +59,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	var work, deadline, changeover, latency, interval durationFlag
 	fs.Var(&work, "work", "job length at max_nodes (default: the spec's work)")
 	fs.Var(&deadline, "deadline", "deadline after each window's start (default: the spec's deadline minus the trace start)")
-	fs.Var(&changeover, "changeover", "cost of one (re)start, launch included (default: the block's changeover, 12m; with -workload: 1m)")
+	fs.Var(&changeover, "changeover", "cost of one (re)start, launch included (default: the block's changeover, 12m; with -workload: 30s in the pool setting, the published Pollux simulator's, and 1m in the cloud setting, the daemon's restart_changeover)")
 	fs.Var(&latency, "launch-latency", "launch until the agent joins (default: the block's launch_latency, 2m)")
 	fs.Var(&interval, "interval", "how often the deadline policy is consulted off steady spot (default: the trace tick; with -workload: the scheduling interval, 1m)")
 	var vars varFlag

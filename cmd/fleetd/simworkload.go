@@ -79,6 +79,9 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 	rep := workloadReport{Workload: w.path, Nodes: nodes, PerNode: per, Interval: interval, Wall: map[string]float64{}, Setting: w.setting}
 	switch w.setting {
 	case "pool":
+		if cfg.Changeover <= 0 {
+			cfg.Changeover = multijob.PolluxChangeover
+		}
 	case "cloud":
 		dir := w.trace
 		if dir == "" {

@@ -20,7 +20,8 @@ type Config struct {
 	Interval time.Duration
 	// Changeover is a resize's stall: the job's workers restart from its
 	// checkpoint. Default allocator.DefaultRestartChangeover (the
-	// daemon's default for restarting fleets).
+	// daemon's default for restarting fleets); `fleetd sim -workload`
+	// uses PolluxChangeover in the fixed pool.
 	Changeover time.Duration
 	// Params tune the fleetd policies' allocator (zero: its defaults).
 	Params allocator.Params
@@ -117,6 +118,13 @@ type jobState struct {
 
 // decider is a policy: each interval it sets every live job's gpus and
 // batch (the jobs are in arrival order).
+// PolluxChangeover is the stall every reallocation costs a job, under every
+// policy, in the simulator that produced Pollux's published averages
+// (petuum/adaptdl osdi21-artifact, simulator/simulator.py,
+// Job.reallocate: rescale_time = 30). The fixed-pool setting, which is
+// compared with those averages, uses it so that both runs pay the same.
+const PolluxChangeover = 30 * time.Second
+
 type decider interface {
 	decide(now time.Duration, live []*jobState)
 }
