@@ -116,8 +116,6 @@ type jobState struct {
 	batchMemo map[[2]int]float64
 }
 
-// decider is a policy: each interval it sets every live job's gpus and
-// batch (the jobs are in arrival order).
 // PolluxChangeover is the stall every reallocation costs a job, under every
 // policy, in the simulator that produced Pollux's published averages
 // (petuum/adaptdl osdi21-artifact, simulator/simulator.py,
@@ -125,6 +123,8 @@ type jobState struct {
 // compared with those averages, uses it so that both runs pay the same.
 const PolluxChangeover = 30 * time.Second
 
+// decider is a policy: each interval it sets every live job's gpus and
+// batch (the jobs are in arrival order).
 type decider interface {
 	decide(now time.Duration, live []*jobState)
 }
