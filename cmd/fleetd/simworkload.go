@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/simulate/multijob"
 	"github.com/fleetd/fleetd/providers/sim"
 )
@@ -19,10 +21,10 @@ import (
 // workloadFlags are `fleetd sim -workload`'s own flags: the multi-job
 // simulation (docs/sim.md, "Multi-job simulation").
 type workloadFlags struct {
-	path, apps, pool, setting, trace, chart string
-	scale                                   int
-	budget                                  float64
-	offset                                  durationFlag
+	path, apps, pool, setting, trace, chart, placement string
+	scale                                              int
+	budget                                             float64
+	offset                                             durationFlag
 }
 
 func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
@@ -34,6 +36,7 @@ func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
 	fs.IntVar(&w.scale, "capacity-scale", multijob.DefaultCapacityScale, "with -setting cloud: nodes one available instance of the trace stands for")
 	fs.Float64Var(&w.budget, "budget", 0, "with -setting cloud: each project's budget in `$/h` (0: none)")
 	fs.StringVar(&w.chart, "chart", "", "with -workload: write `DIR`/gpus.csv (every job's GPUs over time, per policy) and DIR/POLICY.svg (a stacked chart of GPUs per job)")
+	fs.StringVar(&w.placement, "placement", "nodes", "with -setting pool: packed (every job on as few nodes as its GPU count allows, as if the pool never fragmented) or `nodes` (each node's free GPUs tracked: the gang baselines take the emptiest nodes first as the published simulator's Tiresias does, fleetd the best fit)")
 	fs.Var(&w.offset, "trace-offset", "with -setting cloud: where the workload starts after the trace's start (default 0)")
 	return w
 }
@@ -48,6 +51,10 @@ type workloadReport struct {
 	// Wall is each policy's run time in seconds.
 	Wall   map[string]float64     `json:"wall_seconds"`
 	Pollux *multijob.PublishedJCT `json:"published,omitempty"`
+	// Placement is the pool's (packed or nodes); Changeover the stall of
+	// every (re)allocation.
+	Placement  string        `json:"placement,omitempty"`
+	Changeover time.Duration `json:"changeover"`
 	// Setting is pool or cloud; Trace and Budget the cloud's.
 	Setting string  `json:"setting"`
 	Trace   string  `json:"trace,omitempty"`
@@ -75,13 +82,14 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 	if policies != "" {
 		names = strings.Split(policies, ",")
 	}
-	cfg := multijob.Config{Apps: apps, Jobs: jobs, Nodes: nodes, PerNode: per, Interval: interval, Changeover: changeover}
+	cfg := multijob.Config{Apps: apps, Jobs: jobs, Nodes: nodes, PerNode: per, Interval: interval, Changeover: changeover, Placement: w.placement}
 	rep := workloadReport{Workload: w.path, Nodes: nodes, PerNode: per, Interval: interval, Wall: map[string]float64{}, Setting: w.setting}
 	switch w.setting {
 	case "pool":
 		if cfg.Changeover <= 0 {
 			cfg.Changeover = multijob.PolluxChangeover
 		}
+		rep.Placement = w.placement
 	case "cloud":
 		dir := w.trace
 		if dir == "" {
@@ -102,6 +110,7 @@ func (w *workloadFlags) run(policies string, interval, changeover time.Duration,
 	if interval <= 0 {
 		rep.Interval = time.Minute // multijob.Run's default, Pollux's
 	}
+	rep.Changeover = cmp.Or(cfg.Changeover, allocator.DefaultRestartChangeover)
 	for _, p := range names {
 		began := time.Now()
 		res, err := multijob.Run(cfg, strings.TrimSpace(p))
@@ -141,7 +150,8 @@ func (r *workloadReport) writeText(out io.Writer) error {
 		fmt.Fprintf(out, "workload %s: %d jobs, cloud: 1-GPU nodes on spot through %s, at most %d GPUs for the pooled policies, %s, a decision every %s\n\n",
 			r.Workload, len(r.Results[0].Jobs), r.Trace, r.Nodes*r.PerNode, budget, r.Interval)
 	} else {
-		fmt.Fprintf(out, "workload %s: %d jobs, pool %dx%d GPUs, a decision every %s\n\n", r.Workload, len(r.Results[0].Jobs), r.Nodes, r.PerNode, r.Interval)
+		fmt.Fprintf(out, "workload %s: %d jobs, pool %dx%d GPUs (%s placement), a decision every %s, %s stall per (re)allocation\n\n",
+			r.Workload, len(r.Results[0].Jobs), r.Nodes, r.PerNode, r.Placement, r.Interval, r.Changeover)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "policy\tavg JCT s\tp90 JCT s\tp99 JCT s\tmakespan s\tGPU-h\trestarts\tunfinished\t"

@@ -292,6 +292,15 @@ func (a *App) Throughput(n, perNode int, m float64) float64 {
 	return m / a.StepTime(nodes, r, m/float64(n))
 }
 
+// GoodputOn is Goodput with the job's replicas GPUs on the given
+// number of nodes.
+func (a *App) GoodputOn(nodes, replicas int, m, progress float64) float64 {
+	if nodes <= 0 || replicas <= 0 || m <= 0 {
+		return 0
+	}
+	return m / a.StepTime(nodes, replicas, m/float64(replicas)) * a.Efficiency(m, progress) / a.M0
+}
+
 // Goodput is progress units per second: throughput times efficiency,
 // over M0.
 func (a *App) Goodput(n, perNode int, m, progress float64) float64 {

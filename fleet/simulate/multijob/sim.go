@@ -27,6 +27,10 @@ type Config struct {
 	Params allocator.Params
 	// Limit ends a run whose jobs have not all finished (default 30 days).
 	Limit time.Duration
+	// Placement puts a job's GPUs on the fixed pool's nodes: "packed"
+	// (the default: as few nodes as the count allows, as if the pool never
+	// fragmented) or "nodes" (each node's free GPUs tracked; see place).
+	Placement string
 	// Cloud, when set, is the cloud setting: the pool's GPUs are 1-GPU
 	// nodes bought from a spot market (cloud.go); Nodes x PerNode is then
 	// the daemon's max_gpus, split among the projects (one per
@@ -114,6 +118,8 @@ type jobState struct {
 	target    float64
 	maxBatch  float64
 	batchMemo map[[2]int]float64
+	// on is the GPUs it holds per node of the fixed pool (node index).
+	on map[int]int
 }
 
 // PolluxChangeover is the stall every reallocation costs a job, under every
@@ -185,6 +191,19 @@ func Run(cfg Config, policy string) (Result, error) {
 	}
 	sort.SliceStable(jobs, func(i, k int) bool { return jobs[i].Arrival < jobs[k].Arrival })
 	res := Result{Policy: policy}
+	var pl *nodePool
+	switch cfg.Placement {
+	case "", "packed":
+	case "nodes":
+		if m == nil {
+			pl = &nodePool{free: make([]int, cfg.Nodes)}
+			for i := range pl.free {
+				pl.free[i] = cfg.PerNode
+			}
+		}
+	default:
+		return Result{}, fmt.Errorf("placement %q: want packed or nodes", cfg.Placement)
+	}
 	iv := cfg.Interval
 	left := len(jobs)
 	var now time.Duration
@@ -226,6 +245,9 @@ func Run(cfg Config, policy string) (Result, error) {
 			m.realize(live)
 			m.bill(iv, &res)
 		}
+		if pl != nil {
+			pl.place(policy, live, before)
+		}
 		for i, j := range live {
 			if j.gpus == before[i] && !j.swapped {
 				continue
@@ -257,7 +279,12 @@ func Run(cfg Config, policy string) (Result, error) {
 			if run <= 0 {
 				continue
 			}
-			rate := j.app.Goodput(j.gpus, cfg.PerNode, j.batch, j.progress)
+			var rate float64
+			if pl != nil {
+				rate = j.app.GoodputOn(len(j.on), j.gpus, j.batch, j.progress)
+			} else {
+				rate = j.app.Goodput(j.gpus, cfg.PerNode, j.batch, j.progress)
+			}
 			if !(rate > 0) {
 				continue
 			}
@@ -269,6 +296,9 @@ func Run(cfg Config, policy string) (Result, error) {
 			j.done, left = true, left-1
 			j.end = now + (iv - run) + time.Duration(need/rate*float64(time.Second))
 			j.progress, j.gpus = j.target, 0
+			if pl != nil {
+				pl.release(j)
+			}
 			j.timeline = append(j.timeline, Step{At: j.end, GPUs: 0})
 		}
 		now += iv
@@ -500,4 +530,74 @@ func (c curve) Throughput(n int) (float64, bool) {
 	}
 	g := c.j.app.Goodput(n, c.p.cfg.PerNode, c.p.batch(c.j, n), c.j.progress)
 	return g, g > 0
+}
+
+// nodePool is the fixed pool's free GPUs per node.
+type nodePool struct{ free []int }
+
+// place releases the GPUs of every job whose count changed and places
+// them again. The gang baselines take GPUs as the published simulator's
+// Tiresias does (tiresias.py: from the node with the most free GPUs,
+// node after node), which spreads a job over nodes when the pool is
+// fragmented; fleetd's policies take the node that fits the job with
+// the fewest GPUs to spare (best fit) and spread only when no node
+// holds the job.
+func (p *nodePool) place(policy string, live []*jobState, before []int) {
+	var moved []*jobState
+	for i, j := range live {
+		if j.gpus == before[i] && (j.gpus == 0 || len(j.on) > 0) {
+			continue
+		}
+		p.release(j)
+		if j.gpus > 0 {
+			moved = append(moved, j)
+		}
+	}
+	bestFit := policy == "fleetd" || policy == "fleetd-adaptive"
+	if bestFit {
+		// Largest first: the classic order for fitting bins.
+		sort.SliceStable(moved, func(a, b int) bool { return moved[a].gpus > moved[b].gpus })
+	}
+	for _, j := range moved {
+		j.on = map[int]int{}
+		need := j.gpus
+		for need > 0 {
+			n := p.pick(need, bestFit)
+			take := min(need, p.free[n])
+			p.free[n] -= take
+			j.on[n] += take
+			need -= take
+		}
+	}
+}
+
+func (p *nodePool) release(j *jobState) {
+	for n, g := range j.on {
+		p.free[n] += g
+	}
+	j.on = nil
+}
+
+// pick is the node the next GPUs come from; the pool always has room
+// (Run checks the policy stays within it). Best fit takes the node that
+// holds all the job still needs with the fewest to spare; otherwise, as
+// the gang baselines always do, the node with the most free GPUs.
+func (p *nodePool) pick(need int, bestFit bool) int {
+	best := -1
+	if bestFit {
+		for n, f := range p.free {
+			if f >= need && (best < 0 || f < p.free[best]) {
+				best = n
+			}
+		}
+		if best >= 0 {
+			return best
+		}
+	}
+	for n, f := range p.free {
+		if f > 0 && (best < 0 || f > p.free[best]) {
+			best = n
+		}
+	}
+	return best
 }

@@ -223,3 +223,46 @@ func TestOptimusFavoursRemainingWork(t *testing.T) {
 		t.Fatalf("short job %d GPUs, long %d: want both running, the long one on more, 8 in all", short.gpus, long.gpus)
 	}
 }
+
+// TestNodePlacement pins the two ways GPUs are taken from the fixed
+// pool's nodes: the gang baselines take the emptiest node first (the
+// published simulator's Tiresias), which splits a later 4-GPU job over
+// two nodes; fleetd's best fit keeps every job on one node.
+func TestNodePlacement(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		spans  []int // nodes each job spans
+	}{
+		{"tiresias", []int{1, 1, 1, 2}},
+		{"fleetd-adaptive", []int{1, 1, 1, 1}},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			p := &nodePool{free: []int{4, 4, 4}}
+			var jobs []*jobState
+			for _, g := range []int{1, 1, 4, 4} {
+				j := &jobState{gpus: g}
+				jobs = append(jobs, j)
+				p.place(c.policy, []*jobState{j}, []int{0})
+			}
+			for i, j := range jobs {
+				held := 0
+				for _, g := range j.on {
+					held += g
+				}
+				if held != j.gpus || len(j.on) != c.spans[i] {
+					t.Errorf("job %d (%d GPUs): on %v; want its GPUs on %d node(s)", i, j.gpus, j.on, c.spans[i])
+				}
+			}
+			if free := p.free[0] + p.free[1] + p.free[2]; free != 2 {
+				t.Errorf("free GPUs %v; want 2 in all", p.free)
+			}
+			for _, j := range jobs {
+				j.gpus = 0
+				p.place(c.policy, []*jobState{j}, []int{len(j.on)})
+			}
+			if p.free[0] != 4 || p.free[1] != 4 || p.free[2] != 4 {
+				t.Errorf("after every job left: free %v; want 4 on every node", p.free)
+			}
+		})
+	}
+}
