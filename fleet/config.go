@@ -140,6 +140,9 @@ type AllocationConfig struct {
 	// ReserveAfter: a queued fleet that has waited this long keeps its
 	// place (default 30m).
 	ReserveAfter string `hcl:"reserve_after,optional"`
+	// Fairness: 0 (default) maximizes total work; 1 the geometric mean
+	// of the fleets' speedups; 2 Pollux's (allocator.Params.Fairness).
+	Fairness *float64 `hcl:"fairness,optional"`
 
 	params allocator.Params
 }
@@ -166,6 +169,12 @@ func (a *AllocationConfig) finish() error {
 			return fmt.Errorf("allocation: %s %q is not a positive duration", d.name, d.s)
 		}
 		*d.to = v
+	}
+	if f := a.Fairness; f != nil {
+		if *f < 0 || *f > 3 {
+			return fmt.Errorf("allocation: fairness must be in [0, 3], got %g", *f)
+		}
+		a.params.Fairness = *f
 	}
 	return nil
 }

@@ -9,6 +9,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -78,6 +79,7 @@ func mergeAllocation(a, b allocator.Params) allocator.Params {
 			*f.to = *f.from
 		}
 	}
+	a.Fairness = cmp.Or(a.Fairness, b.Fairness)
 	return a
 }
 

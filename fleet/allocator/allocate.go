@@ -203,7 +203,7 @@ func (a *alloc) stall(f *Fleet) time.Duration {
 // already fast, and at p = 0 a fleet's gain is relative (Δs / s), so
 // its unit of throughput does not matter.
 func (a *alloc) u(f *fstate, n int) float64 {
-	s, p := f.s(n), a.p.FairnessPower
+	s, p := f.s(n), a.p.power()
 	switch {
 	case p == 1:
 		return s
@@ -245,7 +245,7 @@ func (a *alloc) gain(f *fstate, n, m int) float64 {
 // an allocation holds costs a fleet at n nodes: u(s) − u(s·(1−frac)) to
 // first order, s^p · frac (s · frac at p = 1, frac at p = 0).
 func (a *alloc) stallCost(f *fstate, n int, frac float64) float64 {
-	return f.weight * math.Pow(f.s(n), a.p.FairnessPower) * frac
+	return f.weight * math.Pow(f.s(n), a.p.power()) * frac
 }
 
 // holds is how long the fleet's next allocation is expected to hold:

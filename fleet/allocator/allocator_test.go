@@ -274,7 +274,8 @@ func TestChangeCost(t *testing.T) {
 			a, b := running("a", "p", 3, 1, 3), running("b", "p", 1, 1, 3)
 			a.Curve, b.Curve = ca, cb
 			a.Change, b.Change = tc.change, tc.change
-			d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}}, Fleets: []Fleet{a, b}})
+			// Under the geometric mean (Fairness 1), where gains are relative.
+			d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}}, Fleets: []Fleet{a, b}, Params: Params{Fairness: 1}})
 			expect(t, d, "a", Run, tc.aTo, "")
 		})
 	}
@@ -614,13 +615,13 @@ func TestFairnessPower(t *testing.T) {
 		power           float64
 		linTo, sublinTo int
 	}{
-		{"total work (p = 1)", 1, 4, 1},
-		{"geometric mean (default)", 0, 3, 2},
+		{"total work (p = 1, default)", 1, 4, 1},
+		{"geometric mean", 0, 3, 2},
 		{"Pollux (p = -1)", -1, 3, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in := Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 5, MaxGPUs: 5}}, Params: Params{FairnessPower: tc.power},
+			in := Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 5, MaxGPUs: 5}}, Params: Params{Fairness: 1 - tc.power},
 				Fleets: []Fleet{applied("lin", "p", 1, 4, t0), applied("sub", "p", 1, 4, t0)}}
 			in.Fleets[0].Curve, in.Fleets[1].Curve = linear(4), table{1: 100, 2: 170, 3: 171, 4: 172}
 			d := Decide(in)
@@ -652,7 +653,8 @@ func TestResizedOftenHolds(t *testing.T) {
 			a, b := running("a", "p", 3, 1, 3), running("b", "p", 1, 1, 3)
 			a.Curve, b.Curve = table{1: 100, 2: 150, 3: 170}, table{1: 100, 2: 130, 3: 131}
 			a.Resizes, b.Resizes = tc.resizes, tc.resizes
-			d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}}, Fleets: []Fleet{a, b}})
+			// Under the geometric mean (Fairness 1), where gains are relative.
+			d := Decide(Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 4, MaxGPUs: 4}}, Fleets: []Fleet{a, b}, Params: Params{Fairness: 1}})
 			expect(t, d, "a", Run, tc.aTo, "")
 			expect(t, d, "b", Run, 4-tc.aTo, "")
 		})
@@ -668,7 +670,7 @@ func TestResizedOftenHolds(t *testing.T) {
 // completion time falls.
 func TestShortJobBehindALongOne(t *testing.T) {
 	run := func(power float64) (short, long time.Duration) {
-		in := Input{Now: t0, PoolGPUs: 8, Projects: []Project{{Name: "p", QuotaGPUs: 8, MaxGPUs: 8}}, Params: Params{FairnessPower: power}}
+		in := Input{Now: t0, PoolGPUs: 8, Projects: []Project{{Name: "p", QuotaGPUs: 8, MaxGPUs: 8}}, Params: Params{Fairness: 1 - power}}
 		lf := running("long", "p", 8, 1, 8)
 		lf.Arrival, lf.Curve = t0.Add(-time.Hour), linear(8)
 		sf := applied("short", "p", 1, 8, t0)

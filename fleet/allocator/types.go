@@ -54,14 +54,20 @@ type Params struct {
 	// PriorityDoubling: a fleet's goodput weighs twice as much per this
 	// many priority points.
 	PriorityDoubling float64 `json:"priority_doubling"`
-	// FairnessPower is the exponent p of the generalized (power) mean of
-	// the fleets' speedups that the allocation maximizes, as Pollux's
-	// fitness does (docs/projects.md). 0, the default, is the geometric
-	// mean (Σ log s: proportional fairness, which no fleet's unit of
-	// throughput can tilt); 1 is total work (a GPU goes where it adds the
-	// most); −1 is Pollux's choice.
-	FairnessPower float64 `json:"fairness_power"`
+	// Fairness sets the generalized (power) mean of the fleets' speedups
+	// that the allocation maximizes, as Pollux's fitness does, through
+	// its exponent p = 1 − Fairness (docs/projects.md). 0, the default,
+	// is total work (p = 1: a GPU goes where it adds the most); 1 is the
+	// geometric mean (Σ log s: proportional fairness, which no fleet's
+	// unit of throughput can tilt; `fleetd sim -workload` runs it); 2 is
+	// Pollux's p = −1. Above 0, fleets whose larger sizes are not measured
+	// yet (assumed linear) split the GPUs evenly and so never measure
+	// them: the daemon keeps total work unless told otherwise.
+	Fairness float64 `json:"fairness"`
 }
+
+// power is the exponent of the mean the allocation maximizes.
+func (p Params) power() float64 { return 1 - p.Fairness }
 
 // Defaults.
 const (

@@ -23,7 +23,8 @@ type Config struct {
 	// daemon's default for restarting fleets); `fleetd sim -workload`
 	// uses PolluxChangeover in the fixed pool.
 	Changeover time.Duration
-	// Params tune the fleetd policies' allocator (zero: its defaults).
+	// Params tune the fleetd policies' allocator (zero: its defaults,
+	// except Fairness, which defaults to 1, the geometric mean).
 	Params allocator.Params
 	// Limit ends a run whose jobs have not all finished (default 30 days).
 	Limit time.Duration
@@ -148,6 +149,12 @@ func Run(cfg Config, policy string) (Result, error) {
 	}
 	if cfg.Limit <= 0 {
 		cfg.Limit = 30 * 24 * time.Hour
+	}
+	if cfg.Params.Fairness == 0 {
+		// The geometric mean: every job here is measured at every size
+		// (the application models), so the even split of unmeasured
+		// fleets that keeps the daemon at total work does not arise.
+		cfg.Params.Fairness = 1
 	}
 	pool := cfg.Nodes * cfg.PerNode
 	var m *market
