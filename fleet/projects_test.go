@@ -36,18 +36,21 @@ func TestProjectsConfig(t *testing.T) {
 	if cfg.Projects.Pool() != 4 || len(cfg.Projects.Projects) != 2 || cfg.Projects.Projects[0].MaxGPUs != 4 || cfg.Projects.Projects[1].MaxGPUs != 2 {
 		t.Errorf("projects %+v", cfg.Projects)
 	}
-	cfg, _, diags = ParseConfig("daemon.hcl", []byte(projectsConfig+"allocation {\n  min_interval = \"2s\"\n  reserve_after = \"1h\"\n}\n"))
+	cfg, _, diags = ParseConfig("daemon.hcl", []byte(projectsConfig+"allocation {\n  min_interval = \"2s\"\n  reserve_after = \"1h\"\n  fairness = 1\n}\n"))
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
-	if p := cfg.Allocation.Params(); p.MinInterval != 2*time.Second || p.ReserveAfter != time.Hour || p.Horizon != 0 {
+	if p := cfg.Allocation.Params(); p.MinInterval != 2*time.Second || p.ReserveAfter != time.Hour || p.Horizon != 0 || p.Fairness != 1 {
 		t.Errorf("allocation block: %+v", p)
 	}
-	if m := mergeAllocation(allocator.Params{MinInterval: time.Millisecond}, cfg.Allocation.Params()); m.MinInterval != time.Millisecond || m.ReserveAfter != time.Hour {
+	if m := mergeAllocation(allocator.Params{MinInterval: time.Millisecond}, cfg.Allocation.Params()); m.MinInterval != time.Millisecond || m.ReserveAfter != time.Hour || m.Fairness != 1 {
 		t.Errorf("Options over the config: %+v", m)
 	}
 	if _, _, diags = ParseConfig("daemon.hcl", []byte("allocation {\n  horizon = \"soon\"\n}\n")); !diags.HasErrors() || !strings.Contains(diags.Error(), "horizon") {
 		t.Errorf("bad horizon: %v, want an error naming it", diags)
+	}
+	if _, _, diags = ParseConfig("daemon.hcl", []byte("allocation {\n  fairness = -1\n}\n")); !diags.HasErrors() || !strings.Contains(diags.Error(), "fairness") {
+		t.Errorf("negative fairness: %v, want an error naming it", diags)
 	}
 	_, _, diags = ParseConfig("daemon.hcl", []byte("project \"a\" {\n  quota_gpus = 8\n  max_gpus = 4\n}\n"))
 	if !diags.HasErrors() || diags[0].Subject == nil || diags[0].Subject.Start.Line < 2 {
