@@ -177,7 +177,8 @@ func TestCrashDuringScaleUp(t *testing.T) {
 				}
 			}
 			d2.stop(t) // dev mode: terminates the nodes
-			waitUntil(t, "nodes terminated", 15*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
+			// Dev-mode stop waits out the plugin's grace (10 s) too; 45 s leaves room on a loaded 2-core runner.
+			waitUntil(t, "nodes terminated", 45*time.Second, func() bool { return len(procsMatching("local-node", nodeDir)) == 0 })
 			if left := procsMatching(bin, "plugin provider"); len(left) > 0 {
 				for _, pid := range left {
 					// This daemon's plugins carry its data dir in their environment.
