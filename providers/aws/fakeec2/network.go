@@ -1,7 +1,6 @@
 package fakeec2
 
 import (
-	"encoding/xml"
 	"fmt"
 	"slices"
 	"strconv"
@@ -116,7 +115,7 @@ func networkInfo(t InstanceType) *xmlNetworkInfo {
 
 var groupStrategies = []string{"cluster", "spread", "partition"}
 
-func (s *Server) createPlacementGroup(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) createPlacementGroup(r *region, p params) (answer, *apiError) {
 	name, strategy := p.get("GroupName"), p.get("Strategy")
 	switch {
 	case name == "":
@@ -142,7 +141,7 @@ func (s *Server) createPlacementGroup(r *region, p params, requestID string) (an
 		r.pgroups = map[string]*placementGroup{}
 	}
 	r.pgroups[name] = g
-	return xmlCreatePlacementGroupResponse{Xmlns: Namespace, RequestID: requestID, Group: s.xmlGroup(r, g)}, nil
+	return &xmlCreatePlacementGroupResponse{Group: s.xmlGroup(r, g)}, nil
 }
 
 func (s *Server) xmlGroup(r *region, g *placementGroup) xmlPlacementGroup {
@@ -159,14 +158,14 @@ func (s *Server) xmlGroup(r *region, g *placementGroup) xmlPlacementGroup {
 	return x
 }
 
-func (s *Server) describePlacementGroups(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describePlacementGroups(r *region, p params) (answer, *apiError) {
 	names := p.list("GroupName")
 	for _, n := range names {
 		if _, ok := r.pgroups[n]; !ok {
 			return nil, &apiError{Code: "InvalidPlacementGroup.Unknown", Message: fmt.Sprintf("The Placement Group '%s' is unknown.", n)}
 		}
 	}
-	resp := xmlDescribePlacementGroupsResponse{Xmlns: Namespace, RequestID: requestID}
+	resp := &xmlDescribePlacementGroupsResponse{}
 	for _, n := range sortedNames(r.pgroups) {
 		g := r.pgroups[n]
 		if len(names) > 0 && !slices.Contains(names, n) {
@@ -218,7 +217,7 @@ func groupMatches(g *placementGroup, filters []filter) (bool, *apiError) {
 	return true, nil
 }
 
-func (s *Server) deletePlacementGroup(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) deletePlacementGroup(r *region, p params) (answer, *apiError) {
 	name := p.get("GroupName")
 	if _, ok := r.pgroups[name]; !ok {
 		return nil, &apiError{Code: "InvalidPlacementGroup.Unknown", Message: fmt.Sprintf("The Placement Group '%s' is unknown.", name)}
@@ -229,7 +228,7 @@ func (s *Server) deletePlacementGroup(r *region, p params, requestID string) (an
 		}
 	}
 	delete(r.pgroups, name)
-	return xmlReturnResponse{XMLName: xml.Name{Local: "DeletePlacementGroupResponse"}, Xmlns: Namespace, RequestID: requestID, Return: true}, nil
+	return &xmlReturnResponse{Return: true}, nil
 }
 
 // ---- RunInstances: interfaces and group ----
