@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -419,7 +421,7 @@ func (p *Provider) checkQuotas(ctx context.Context, client ec2API, b block, regi
 		return []providers.CheckResult{{Check: "vCPU quotas", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(err.Error())}}
 	}
 	var out []providers.CheckResult
-	for _, fam := range sortedKeys(need) {
+	for _, fam := range slices.Sorted(maps.Keys(need)) {
 		codes, ok := quotaCodes[fam]
 		if !ok {
 			out = append(out, providers.CheckResult{Check: "vCPU quota " + fam, Scope: region, Status: providers.CheckUnavailable,

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -853,11 +853,11 @@ func (k *checker) quotaRows(ctx context.Context, facts []*zoneFacts) {
 			continue
 		}
 		qs := quotaMap(reg.GetQuotas())
-		for _, m := range sortedKeys(gpu[r]) {
+		for _, m := range slices.Sorted(maps.Keys(gpu[r])) {
 			k.add(k.standardQuotaRow(r, m, qs, *gpu[r][m]))
 			k.add(k.spotQuotaRow(r, m, "PREEMPTIBLE_"+m, qs, *gpu[r][m]))
 		}
-		for _, m := range sortedKeys(cpu[r]) {
+		for _, m := range slices.Sorted(maps.Keys(cpu[r])) {
 			if _, ok := qs[m]; !ok {
 				continue // vCPU rows only where the region reports the metric
 			}
@@ -902,15 +902,6 @@ func quotaMap(qs []*computepb.Quota) map[string]*computepb.Quota {
 		out[q.GetMetric()] = q
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func (k *checker) standardQuotaRow(region, metric string, qs map[string]*computepb.Quota, d demand) providers.CheckResult {

@@ -2,6 +2,7 @@ package fakeec2
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,23 +72,13 @@ func (s *Server) PlacementGroups() []PlacementGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []PlacementGroup
-	for _, rn := range sortedNames(s.regions) {
+	for _, rn := range slices.Sorted(maps.Keys(s.regions)) {
 		r := s.regions[rn]
-		for _, n := range sortedNames(r.pgroups) {
+		for _, n := range slices.Sorted(maps.Keys(r.pgroups)) {
 			g := r.pgroups[n]
 			out = append(out, PlacementGroup{Region: rn, Name: g.name, Strategy: g.strategy, State: g.state, Zone: g.zone, Tags: cloneTags(g.tags)})
 		}
 	}
-	return out
-}
-
-// sortedNames returns m's keys in order.
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -166,7 +157,7 @@ func (s *Server) describePlacementGroups(r *region, p params) (answer, *apiError
 		}
 	}
 	resp := &xmlDescribePlacementGroupsResponse{}
-	for _, n := range sortedNames(r.pgroups) {
+	for _, n := range slices.Sorted(maps.Keys(r.pgroups)) {
 		g := r.pgroups[n]
 		if len(names) > 0 && !slices.Contains(names, n) {
 			continue

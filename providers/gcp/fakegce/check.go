@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -219,7 +220,7 @@ func (s *Server) registerCheck(mux *http.ServeMux) {
 		}
 		s.check.regionQuotas[r] = qs
 	}
-	for _, project := range sortedKeys(DefaultImages) {
+	for _, project := range slices.Sorted(maps.Keys(DefaultImages)) {
 		for _, im := range DefaultImages[project] {
 			s.addImage(project, im)
 		}

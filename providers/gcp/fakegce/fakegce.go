@@ -19,11 +19,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,7 +363,7 @@ func (s *Server) Instances() []Instance {
 	var out []Instance
 	for _, zn := range s.zoneOrder {
 		z := s.zones[zn]
-		for _, name := range sortedKeys(z.instances) {
+		for _, name := range slices.Sorted(maps.Keys(z.instances)) {
 			out = append(out, cloneInstance(z.instances[name]))
 		}
 	}
@@ -847,7 +847,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	names := sortedKeys(z.instances)
+	names := slices.Sorted(maps.Keys(z.instances))
 	items, ok := filterItems(w, r, len(names), func(i int) any { return z.instances[names[i]] })
 	if !ok {
 		return
@@ -873,7 +873,7 @@ func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
 	var hits []hit
 	for _, zn := range s.zoneOrder {
 		z := s.zones[zn]
-		for _, name := range sortedKeys(z.instances) {
+		for _, name := range slices.Sorted(maps.Keys(z.instances)) {
 			if f.match(toDoc(z.instances[name])) {
 				hits = append(hits, hit{zn, z.instances[name]})
 			}
@@ -1080,15 +1080,6 @@ func lastSegment(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func cloneInstance(in *Instance) Instance {
