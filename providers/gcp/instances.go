@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,7 +16,6 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers"
-	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -316,11 +314,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 		Project: c.Project, Filter: proto.String(labelFilter(tags)), MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
 	})
 	var out []providers.Instance
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for pair, err := range it.All() {
 		if err != nil {
 			return nil, mapErr(err, "list instances", "")
 		}
@@ -455,11 +449,7 @@ func (p *Provider) interruption(ctx context.Context, cl *clients, project, zone 
 	})
 	var preempted *computepb.Operation
 	userStop := false
-	for {
-		op, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for op, err := range it.All() {
 		if err != nil {
 			return nil, mapErr(err, "list operations of "+got.GetName(), "")
 		}
