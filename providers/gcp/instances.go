@@ -323,7 +323,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 			if err != nil {
 				return nil, err
 			}
-			if hasTags(in.Tags, tags) {
+			if providers.HasTags(in.Tags, tags) {
 				out = append(out, in)
 			}
 		}
@@ -340,15 +340,6 @@ func labelFilter(tags map[string]string) string {
 		terms = append(terms, fmt.Sprintf("(labels.%s = %s)", labelKey(k), strconv.Quote(labelValue(tags[k]))))
 	}
 	return strings.Join(terms, " ")
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Delete deletes an instance and waits for the deletion; an absent
