@@ -3,6 +3,7 @@ package fakeec2
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -492,15 +493,17 @@ func (s *Server) xmlInstance(in *instance) xmlInstance {
 	if in.reason != "" {
 		x.StateReason = &xmlStateReason{Code: in.reason, Message: in.reason}
 	}
-	keys := make([]string, 0, len(in.tags))
-	for k := range in.tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		x.Tags = append(x.Tags, xmlTag{Key: k, Value: in.tags[k]})
-	}
+	x.Tags = xmlTags(in.tags)
 	return x
+}
+
+// xmlTags is a tagSet, in key order.
+func xmlTags(m map[string]string) []xmlTag {
+	var out []xmlTag
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, xmlTag{Key: k, Value: m[k]})
+	}
+	return out
 }
 
 // ---- DescribeInstances ----

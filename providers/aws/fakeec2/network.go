@@ -138,14 +138,7 @@ func (s *Server) createPlacementGroup(r *region, p params) (answer, *apiError) {
 func (s *Server) xmlGroup(r *region, g *placementGroup) xmlPlacementGroup {
 	x := xmlPlacementGroup{GroupName: g.name, State: g.state, Strategy: g.strategy, GroupID: g.id,
 		GroupArn: "arn:aws:ec2:" + r.name + ":" + s.opts.OwnerID + ":placement-group/" + g.name}
-	keys := make([]string, 0, len(g.tags))
-	for k := range g.tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		x.Tags = append(x.Tags, xmlTag{Key: k, Value: g.tags[k]})
-	}
+	x.Tags = xmlTags(g.tags)
 	return x
 }
 
