@@ -318,28 +318,18 @@ func (k *checker) grantFix(role string) string {
 }
 
 func (k *checker) newClients(ctx context.Context) error {
-	opts := k.p.clientOptions(k.c)
-	var err error
-	if k.cl.projects, err = compute.NewProjectsRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("projects: %w", err)
+	b := &clientBuilder{ctx: ctx, opts: k.p.clientOptions(k.c)}
+	k.cl = checkClients{
+		projects: build(b, "projects", compute.NewProjectsRESTClient),
+		zones:    build(b, "zones", compute.NewZonesRESTClient),
+		regions:  build(b, "regions", compute.NewRegionsRESTClient),
+		images:   build(b, "images", compute.NewImagesRESTClient),
+		mts:      build(b, "machine types", compute.NewMachineTypesRESTClient),
+		accels:   build(b, "accelerator types", compute.NewAcceleratorTypesRESTClient),
+		subnets:  build(b, "subnetworks", compute.NewSubnetworksRESTClient),
 	}
-	if k.cl.zones, err = compute.NewZonesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("zones: %w", err)
-	}
-	if k.cl.regions, err = compute.NewRegionsRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("regions: %w", err)
-	}
-	if k.cl.images, err = compute.NewImagesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("images: %w", err)
-	}
-	if k.cl.mts, err = compute.NewMachineTypesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("machine types: %w", err)
-	}
-	if k.cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("accelerator types: %w", err)
-	}
-	if k.cl.subnets, err = compute.NewSubnetworksRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("subnetworks: %w", err)
+	if b.err != nil {
+		return fmt.Errorf("%s: %w", b.failed, b.err)
 	}
 	return nil
 }
