@@ -116,3 +116,24 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// PollEvery is a polling watcher's loop: it polls at once and then on
+// every tick until ctx is done, handing each poll's notices to emit and its
+// error (unless ctx ended the poll) to onError, when set. Both run on the
+// caller's goroutine. It returns nil when ctx is done.
+func PollEvery(ctx context.Context, tick <-chan time.Time, poll func(context.Context) ([]Notice, error), emit func(Notice), onError func(error)) error {
+	for {
+		notices, err := poll(ctx)
+		for _, n := range notices {
+			emit(n)
+		}
+		if err != nil && ctx.Err() == nil && onError != nil {
+			onError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package interruption
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -61,5 +63,42 @@ func TestValidate(t *testing.T) {
 		if err := c.n.Validate(); (err == nil) != c.ok {
 			t.Errorf("case %d: Validate() = %v, want ok=%v", i, err, c.ok)
 		}
+	}
+}
+
+// PollEvery polls at once and on each tick, emits every notice, reports
+// errors, and stops when the context ends (an error of the poll that the
+// cancellation cut short is not reported).
+func TestPollEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tick := make(chan time.Time)
+	boom := errors.New("boom")
+	polls := []func() ([]Notice, error){
+		func() ([]Notice, error) { return []Notice{{Node: "a"}, {Node: "b"}}, nil },
+		func() ([]Notice, error) { return []Notice{{Node: "c"}}, boom },
+		func() ([]Notice, error) { cancel(); return nil, context.Canceled },
+	}
+	n := 0
+	poll := func(context.Context) ([]Notice, error) {
+		p := polls[n]
+		n++
+		return p()
+	}
+	var emitted []string
+	var reported []error
+	done := make(chan error)
+	go func() {
+		done <- PollEvery(ctx, tick, poll, func(x Notice) { emitted = append(emitted, x.Node) }, func(err error) { reported = append(reported, err) })
+	}()
+	tick <- time.Time{} // the first poll ran at once; these two start the others
+	tick <- time.Time{}
+	if err := <-done; err != nil { // the third poll ended the context
+		t.Fatalf("PollEvery = %v, want nil when the context ends", err)
+	}
+	if n != 3 || len(emitted) != 3 || emitted[0] != "a" || emitted[2] != "c" {
+		t.Errorf("%d polls emitted %v, want 3 polls emitting a, b, c", n, emitted)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], boom) {
+		t.Errorf("reported %v, want only boom", reported)
 	}
 }

@@ -62,6 +62,19 @@ func toInt32(field string, v int) (int32, error) {
 	return int32(v), nil
 }
 
+// narrowing applies toInt32 to several fields, keeping the first error,
+// so a message is built in one expression and checked once.
+type narrowing struct{ err error }
+
+func (n *narrowing) int32(field string, v int) int32 {
+	if n.err != nil {
+		return 0
+	}
+	x, err := toInt32(field, v)
+	n.err = err
+	return x
+}
+
 func infoToPB(i providers.Info) *providerv1.InfoResponse {
 	attrs := make([]*providerv1.Attribute, 0, len(i.Schema.Attributes))
 	for _, a := range i.Schema.Attributes {
@@ -85,41 +98,30 @@ func infoFromPB(r *providerv1.InfoResponse) providers.Info {
 }
 
 func offeringToPB(o providers.Offering) (*providerv1.Offering, error) {
-	gpus, err := toInt32("gpus", o.GPUs)
-	if err != nil {
-		return nil, err
-	}
-	vcpus, err := toInt32("vcpus", o.VCPUs)
-	if err != nil {
-		return nil, err
-	}
-	avail, err := toInt32("available", o.Available)
-	if err != nil {
-		return nil, err
-	}
-	score, err := toInt32("placement_score", o.PlacementScore)
-	if err != nil {
-		return nil, err
-	}
-	return &providerv1.Offering{
-		PlacementScore:     score,
-		PlacementScoreNote: o.PlacementScoreNote,
-		Arch:               o.Arch,
-		PriceSource:        o.PriceSource,
-		PriceAsOf:          timeToPB(o.PriceAsOf),
+	var n narrowing // fields in wire order: the first too large is reported
+	pb := &providerv1.Offering{
 		Provider:           o.Provider,
 		Region:             o.Region,
 		Zone:               o.Zone,
 		InstanceType:       o.InstanceType,
 		CapacityType:       string(o.CapacityType),
 		PricePerHour:       o.PricePerHour,
-		Gpus:               gpus,
+		Gpus:               n.int32("gpus", o.GPUs),
 		GpuType:            o.GPUType,
-		Vcpus:              vcpus,
+		Vcpus:              n.int32("vcpus", o.VCPUs),
 		MemoryGib:          o.MemoryGiB,
-		Available:          avail,
+		Available:          n.int32("available", o.Available),
+		PlacementScore:     n.int32("placement_score", o.PlacementScore),
+		PlacementScoreNote: o.PlacementScoreNote,
+		Arch:               o.Arch,
+		PriceSource:        o.PriceSource,
+		PriceAsOf:          timeToPB(o.PriceAsOf),
 		Network:            networkInfoToPB(o.Network),
-	}, nil
+	}
+	if n.err != nil {
+		return nil, n.err
+	}
+	return pb, nil
 }
 
 func networkInfoToPB(n providers.NetworkInfo) *providerv1.NetworkInfo {
@@ -174,40 +176,47 @@ func offeringFromPB(o *providerv1.Offering) providers.Offering {
 	}
 }
 
-func checkResultsToPB(rs []providers.CheckResult) []*providerv1.CheckResult {
-	out := make([]*providerv1.CheckResult, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, &providerv1.CheckResult{Check: r.Check, Scope: r.Scope, Status: string(r.Status), Detail: r.Detail, Fix: r.Fix})
+// each converts every element of a list (an empty list, never nil).
+func each[A, B any](as []A, conv func(A) B) []B {
+	out := make([]B, 0, len(as))
+	for _, a := range as {
+		out = append(out, conv(a))
 	}
 	return out
 }
 
-func checkResultsFromPB(rs []*providerv1.CheckResult) []providers.CheckResult {
-	out := make([]providers.CheckResult, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, providers.CheckResult{Check: r.GetCheck(), Scope: r.GetScope(), Status: providers.CheckStatus(r.GetStatus()), Detail: r.GetDetail(), Fix: r.GetFix()})
-	}
-	return out
-}
-
-func offeringsToPB(offs []providers.Offering) ([]*providerv1.Offering, error) {
-	out := make([]*providerv1.Offering, 0, len(offs))
-	for i, o := range offs {
-		p, err := offeringToPB(o)
+// eachOrErr is each for a conversion that can fail; the error names the
+// element (what) that failed.
+func eachOrErr[A, B any](as []A, conv func(A) (B, error), what func(i int, a A) string) ([]B, error) {
+	out := make([]B, 0, len(as))
+	for i, a := range as {
+		b, err := conv(a)
 		if err != nil {
-			return nil, fmt.Errorf("offering %d (%s): %w", i, o.Key(), err)
+			return nil, fmt.Errorf("%s: %w", what(i, a), err)
 		}
-		out = append(out, p)
+		out = append(out, b)
 	}
 	return out, nil
 }
 
+func checkResultsToPB(rs []providers.CheckResult) []*providerv1.CheckResult {
+	return each(rs, func(r providers.CheckResult) *providerv1.CheckResult {
+		return &providerv1.CheckResult{Check: r.Check, Scope: r.Scope, Status: string(r.Status), Detail: r.Detail, Fix: r.Fix}
+	})
+}
+
+func checkResultsFromPB(rs []*providerv1.CheckResult) []providers.CheckResult {
+	return each(rs, func(r *providerv1.CheckResult) providers.CheckResult {
+		return providers.CheckResult{Check: r.GetCheck(), Scope: r.GetScope(), Status: providers.CheckStatus(r.GetStatus()), Detail: r.GetDetail(), Fix: r.GetFix()}
+	})
+}
+
+func offeringsToPB(offs []providers.Offering) ([]*providerv1.Offering, error) {
+	return eachOrErr(offs, offeringToPB, func(i int, o providers.Offering) string { return fmt.Sprintf("offering %d (%s)", i, o.Key()) })
+}
+
 func offeringsFromPB(offs []*providerv1.Offering) []providers.Offering {
-	out := make([]providers.Offering, 0, len(offs))
-	for _, o := range offs {
-		out = append(out, offeringFromPB(o))
-	}
-	return out
+	return each(offs, offeringFromPB)
 }
 
 func launchToPB(r providers.LaunchRequest) (*providerv1.LaunchRequest, error) {
@@ -283,21 +292,9 @@ func instanceFromPB(in *providerv1.Instance) providers.Instance {
 }
 
 func instancesToPB(ins []providers.Instance) ([]*providerv1.Instance, error) {
-	out := make([]*providerv1.Instance, 0, len(ins))
-	for _, in := range ins {
-		p, err := instanceToPB(in)
-		if err != nil {
-			return nil, fmt.Errorf("instance %s: %w", in.ID, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return eachOrErr(ins, instanceToPB, func(_ int, in providers.Instance) string { return "instance " + in.ID })
 }
 
 func instancesFromPB(ins []*providerv1.Instance) []providers.Instance {
-	out := make([]providers.Instance, 0, len(ins))
-	for _, in := range ins {
-		out = append(out, instanceFromPB(in))
-	}
-	return out
+	return each(ins, instanceFromPB)
 }

@@ -26,6 +26,21 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 )
 
+// waitForGate waits until the plugin removes the gate file, which it does
+// when Create starts blocking.
+func waitForGate(t *testing.T, gate string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(gate); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if i == 400 {
+			t.Fatal("Create never reached the plugin")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
 // alive reports whether pid is a live (non-zombie) process.
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -93,16 +108,7 @@ func TestRestartMidCall(t *testing.T) {
 		ins, err := p.Create(testCtx(t), cfg, providers.LaunchRequest{Offering: memOffering(t), Count: 2, IdempotencyToken: "node-1"})
 		done <- result{ins, err}
 	}()
-	// The plugin removes the gate file when Create starts blocking.
-	for i := 0; ; i++ {
-		if _, err := os.Stat(gate); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if i == 400 {
-			t.Fatal("Create never reached the plugin")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	waitForGate(t, gate)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -457,15 +463,7 @@ func TestCloseDuringBlockedCall(t *testing.T) {
 		_, err := p.Create(testCtx(t), providers.Config{Raw: raw}, providers.LaunchRequest{Offering: memOffering(t), Count: 1})
 		done <- err
 	}()
-	for i := 0; ; i++ {
-		if _, err := os.Stat(gate); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if i == 400 {
-			t.Fatal("Create never reached the plugin")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	waitForGate(t, gate)
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

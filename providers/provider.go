@@ -173,3 +173,14 @@ type Provider interface {
 type Interrupter interface {
 	Interrupt(ctx context.Context, cfg Config, id string, info InterruptionInfo) error
 }
+
+// HasTags reports whether have carries every tag of want, with its value:
+// the filter List applies.
+func HasTags(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

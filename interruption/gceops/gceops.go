@@ -116,20 +116,7 @@ func (p *Poller) Run(ctx context.Context, emit func(interruption.Notice)) error 
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
-		notices, err := p.Poll(ctx)
-		for _, n := range notices {
-			emit(n)
-		}
-		if err != nil && ctx.Err() == nil && p.OnError != nil {
-			p.OnError(err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return interruption.PollEvery(ctx, t.C, p.Poll, emit, p.OnError)
 }
 
 func (p *Poller) now() time.Time {

@@ -69,27 +69,14 @@ func (w *Watcher) Run(ctx context.Context, emit func(interruption.Notice)) error
 	t := time.NewTicker(fast)
 	defer t.Stop()
 	var full time.Time
-	for {
-		var notices []interruption.Notice
-		var err error
+	poll := func(ctx context.Context) ([]interruption.Notice, error) {
 		if now := time.Now(); now.Sub(full) >= interval-fast/2 {
 			full = now
-			notices, err = w.Poll(ctx)
-		} else {
-			notices, err = w.pollAction(ctx)
+			return w.Poll(ctx)
 		}
-		for _, n := range notices {
-			emit(n)
-		}
-		if err != nil && ctx.Err() == nil && w.OnError != nil {
-			w.OnError(err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+		return w.pollAction(ctx)
 	}
+	return interruption.PollEvery(ctx, t.C, poll, emit, w.OnError)
 }
 
 // Poll reads every notice endpoint once and returns the notices not

@@ -86,6 +86,27 @@ type cached[T any] struct {
 	val T
 }
 
+// fromCache answers cache[key] while it is younger than ttl; otherwise it
+// calls fetch and keeps a successful answer, stamped with the time fetch
+// was asked at. An error is never cached: the next call asks again.
+func fromCache[T any](p *Provider, cache map[string]cached[T], key string, ttl time.Duration, fetch func(now time.Time) (T, error)) (T, error) {
+	now := p.opts.Now()
+	p.mu.Lock()
+	c, ok := cache[key]
+	p.mu.Unlock()
+	if ok && now.Sub(c.at) < ttl {
+		return c.val, nil
+	}
+	val, err := fetch(now)
+	if err != nil {
+		return val, err
+	}
+	p.mu.Lock()
+	cache[key] = cached[T]{at: now, val: val}
+	p.mu.Unlock()
+	return val, nil
+}
+
 // recentLaunch is an instance RunInstances returned that Describe calls
 // may not show yet.
 type recentLaunch struct {

@@ -3,8 +3,8 @@ package aws
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
+	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -22,15 +22,9 @@ import (
 // denied, the zones come from the spot price history as they used to, and
 // the denial is logged once per cache period by the caller's Check.
 func (p *Provider) typeZones(ctx context.Context, client ec2API, b block, region string, spot map[string]map[string]float64) (map[string]map[string]bool, error) {
-	key := cacheKey(b, region)
-	now := p.opts.Now()
-	p.mu.Lock()
-	c, ok := p.zoneCache[key]
-	p.mu.Unlock()
-	if ok && now.Sub(c.at) < p.opts.InstanceTypeTTL {
-		return c.val, nil
-	}
-	out, err := describeTypeZones(ctx, client, b.InstanceTypes)
+	out, err := fromCache(p, p.zoneCache, cacheKey(b, region), p.opts.InstanceTypeTTL, func(time.Time) (map[string]map[string]bool, error) {
+		return describeTypeZones(ctx, client, b.InstanceTypes)
+	})
 	if err != nil {
 		var ae smithy.APIError
 		if errors.As(err, &ae) && (ae.ErrorCode() == "UnauthorizedOperation" || ae.ErrorCode() == "AccessDenied") {
@@ -46,9 +40,6 @@ func (p *Provider) typeZones(ctx context.Context, client ec2API, b block, region
 		}
 		return nil, classify("DescribeInstanceTypeOfferings in "+region, "", err)
 	}
-	p.mu.Lock()
-	p.zoneCache[key] = cached[map[string]map[string]bool]{at: now, val: out}
-	p.mu.Unlock()
 	return out, nil
 }
 
@@ -88,14 +79,12 @@ func describeTypeZones(ctx context.Context, client ec2API, instanceTypes []strin
 // names ("us-east-1a"); the mapping differs per account, and spot placement
 // scores come by id. Cached like the catalogue.
 func (p *Provider) zoneIDs(ctx context.Context, client ec2API, b block, region string) (map[string]string, error) {
-	key := b.scope() + "|" + region
-	now := p.opts.Now()
-	p.mu.Lock()
-	c, ok := p.zoneIDCache[key]
-	p.mu.Unlock()
-	if ok && now.Sub(c.at) < p.opts.InstanceTypeTTL {
-		return c.val, nil
-	}
+	return fromCache(p, p.zoneIDCache, b.scope()+"|"+region, p.opts.InstanceTypeTTL, func(time.Time) (map[string]string, error) {
+		return describeZoneIDs(ctx, client)
+	})
+}
+
+func describeZoneIDs(ctx context.Context, client ec2API) (map[string]string, error) {
 	resp, err := client.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{})
 	if err != nil {
 		return nil, err
@@ -106,20 +95,7 @@ func (p *Provider) zoneIDs(ctx context.Context, client ec2API, b block, region s
 			out[id] = name
 		}
 	}
-	p.mu.Lock()
-	p.zoneIDCache[key] = cached[map[string]string]{at: now, val: out}
-	p.mu.Unlock()
 	return out, nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // apiErrorText is "Code: message" of an SDK error, or its text.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -126,6 +128,16 @@ func failed(check, scope, detail, fix string) providers.CheckResult {
 	return providers.CheckResult{Check: check, Scope: scope, Status: providers.CheckFailed, Detail: detail, Fix: fix}
 }
 
+// callFailed is the row of a check whose EC2 call (action) failed: a
+// denial fails the check and names the permission; any other error leaves
+// the check unavailable.
+func callFailed(check, scope, action string, err error) providers.CheckResult {
+	if isDenied(err) {
+		return failed(check, scope, "ec2:"+action+" denied", "allow ec2:"+action+" ("+iamDoc+")")
+	}
+	return providers.CheckResult{Check: check, Scope: scope, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err))}
+}
+
 func errCode(err error) string {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -183,10 +195,8 @@ func checkImage(ctx context.Context, client ec2API, b block, region string) prov
 	switch {
 	case err != nil && strings.HasPrefix(errCode(err), "InvalidAMIID"):
 		return failed("image", region, img+" not found", fix)
-	case err != nil && isDenied(err):
-		return failed("image", region, "ec2:DescribeImages denied", "allow ec2:DescribeImages ("+iamDoc+")")
 	case err != nil:
-		return providers.CheckResult{Check: "image", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err))}
+		return callFailed("image", region, "DescribeImages", err)
 	case len(resp.Images) == 0:
 		return failed("image", region, img+" not found", fix)
 	}
@@ -231,10 +241,8 @@ func checkSubnets(ctx context.Context, client ec2API, b block, region string) []
 		case err != nil && strings.HasPrefix(errCode(err), "InvalidSubnetID"), err == nil && len(resp.Subnets) == 0:
 			out = append(out, failed("subnet", scope, id+" not found in "+region,
 				fmt.Sprintf("set subnets[%q] to a subnet of that zone (`aws ec2 describe-subnets --filters Name=availability-zone,Values=%s`)", zone, zone)))
-		case err != nil && isDenied(err):
-			out = append(out, failed("subnet", scope, "ec2:DescribeSubnets denied", "allow ec2:DescribeSubnets ("+iamDoc+")"))
 		case err != nil:
-			out = append(out, providers.CheckResult{Check: "subnet", Scope: scope, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err))})
+			out = append(out, callFailed("subnet", scope, "DescribeSubnets", err))
 		default:
 			sn := resp.Subnets[0]
 			if az := awssdk.ToString(sn.AvailabilityZone); az != zone {
@@ -260,10 +268,8 @@ func checkSecurityGroups(ctx context.Context, client ec2API, b block, region str
 		case err != nil && strings.HasPrefix(errCode(err), "InvalidGroup"), err == nil && len(resp.SecurityGroups) == 0:
 			out = append(out, failed("security group", region, g+" not found in "+region,
 				fmt.Sprintf("security group ids are regional: create one in %s in the subnets' VPC (allowing all traffic between its members) and set security_groups_per_region[%q]", region, region)))
-		case err != nil && isDenied(err):
-			out = append(out, failed("security group", region, "ec2:DescribeSecurityGroups denied", "allow ec2:DescribeSecurityGroups ("+iamDoc+")"))
 		case err != nil:
-			out = append(out, providers.CheckResult{Check: "security group", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err))})
+			out = append(out, callFailed("security group", region, "DescribeSecurityGroups", err))
 		default:
 			sg := resp.SecurityGroups[0]
 			out = append(out, ok1("security group", region, fmt.Sprintf("%s (%s, %s)", g, awssdk.ToString(sg.GroupName), awssdk.ToString(sg.VpcId))))
@@ -338,11 +344,7 @@ func (p *Provider) checkTypesOffered(ctx context.Context, b block) []providers.C
 		}
 		where, err := describeTypeZones(ctx, client, b.InstanceTypes)
 		if err != nil {
-			check := "instance types offered"
-			if isDenied(err) {
-				return []providers.CheckResult{failed(check, region, "ec2:DescribeInstanceTypeOfferings denied", "allow ec2:DescribeInstanceTypeOfferings ("+iamDoc+")")}
-			}
-			return []providers.CheckResult{{Check: check, Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(apiErrorText(err))}}
+			return []providers.CheckResult{callFailed("instance types offered", region, "DescribeInstanceTypeOfferings", err)}
 		}
 		for it, zones := range where {
 			for z := range zones {
@@ -419,7 +421,7 @@ func (p *Provider) checkQuotas(ctx context.Context, client ec2API, b block, regi
 		return []providers.CheckResult{{Check: "vCPU quotas", Scope: region, Status: providers.CheckUnavailable, Detail: firstLine(err.Error())}}
 	}
 	var out []providers.CheckResult
-	for _, fam := range sortedKeys(need) {
+	for _, fam := range slices.Sorted(maps.Keys(need)) {
 		codes, ok := quotaCodes[fam]
 		if !ok {
 			out = append(out, providers.CheckResult{Check: "vCPU quota " + fam, Scope: region, Status: providers.CheckUnavailable,

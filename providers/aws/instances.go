@@ -279,22 +279,13 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 		if listed[id] || rl.scope != b.scope() || !slices.Contains(b.Regions, rl.region) || now.Sub(rl.at) > p.opts.ConsistencyWindow {
 			continue
 		}
-		if hasTags(rl.inst.Tags, tags) {
+		if providers.HasTags(rl.inst.Tags, tags) {
 			out = append(out, rl.inst)
 		}
 	}
 	p.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Delete terminates an instance. An instance EC2 does not know is already

@@ -104,6 +104,18 @@ func fakeOf(t *testing.T, cfg providers.Config) *fakeec2.Server {
 }
 
 // baseBlock is a complete provider block pointed at endpoint.
+// newTestProvider is the frame of most provider tests: a fake, a provider
+// and the config of fleet "f" over the base block.
+func newTestProvider(t *testing.T) (*fakeec2.Server, *aws.Provider, providers.Config) {
+	fake, url := newFake(t)
+	return fake, aws.New(testOptions()), config(t, "f", baseBlock(url))
+}
+
+// g5Spot is the spot g5.xlarge offering of zone.
+func g5Spot(zone string) providers.Offering {
+	return providers.Offering{Provider: aws.Name, Region: zone[:len(zone)-1], Zone: zone, InstanceType: "g5.xlarge", CapacityType: providers.Spot}
+}
+
 func baseBlock(endpoint string) map[string]any {
 	return map[string]any{
 		"regions":          []string{"us-east-1", "us-west-2"},

@@ -143,14 +143,14 @@ func cacheKey(b block, region string) string {
 // typeInfos describes the block's instance types in region, from cache
 // when fresh.
 func (p *Provider) typeInfos(ctx context.Context, client ec2API, b block, region string) (map[string]typeInfo, error) {
-	key := cacheKey(b, region)
-	now := p.opts.Now()
-	p.mu.Lock()
-	c, ok := p.typeCache[key]
-	p.mu.Unlock()
-	if ok && now.Sub(c.at) < p.opts.InstanceTypeTTL {
-		return c.val, nil
-	}
+	return fromCache(p, p.typeCache, cacheKey(b, region), p.opts.InstanceTypeTTL, func(time.Time) (map[string]typeInfo, error) {
+		return describeTypeInfos(ctx, client, b, region)
+	})
+}
+
+// describeTypeInfos pages through DescribeInstanceTypes for the block's
+// instance types.
+func describeTypeInfos(ctx context.Context, client ec2API, b block, region string) (map[string]typeInfo, error) {
 	out := map[string]typeInfo{}
 	in := &ec2.DescribeInstanceTypesInput{}
 	for _, t := range b.InstanceTypes {
@@ -169,9 +169,6 @@ func (p *Provider) typeInfos(ctx context.Context, client ec2API, b block, region
 		}
 		in.NextToken = resp.NextToken
 	}
-	p.mu.Lock()
-	p.typeCache[key] = cached[map[string]typeInfo]{at: now, val: out}
-	p.mu.Unlock()
 	return out, nil
 }
 
@@ -225,13 +222,14 @@ func goArch(archs []types.ArchitectureType) string {
 // from cache when younger than SpotPriceTTL.
 func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, region string) (map[string]map[string]float64, error) {
 	key := cacheKey(b, region)
-	now := p.opts.Now()
-	p.mu.Lock()
-	c, ok := p.spotCache[key]
-	p.mu.Unlock()
-	if ok && now.Sub(c.at) < p.opts.SpotPriceTTL {
-		return c.val, nil
-	}
+	return fromCache(p, p.spotCache, key, p.opts.SpotPriceTTL, func(now time.Time) (map[string]map[string]float64, error) {
+		return p.describeSpotPrices(ctx, client, b, region, key, now)
+	})
+}
+
+// describeSpotPrices asks DescribeSpotPriceHistory for the prices in
+// effect at now and remembers, under key, when each was set.
+func (p *Provider) describeSpotPrices(ctx context.Context, client ec2API, b block, region, key string, now time.Time) (map[string]map[string]float64, error) {
 	// With StartTime = now EC2 returns, per (type, zone), the price in
 	// effect now (and nothing older), so one short query is enough.
 	in := &ec2.DescribeSpotPriceHistoryInput{
@@ -284,9 +282,6 @@ func (p *Provider) spotPrices(ctx context.Context, client ec2API, b block, regio
 		}
 	}
 	p.rememberSpotTimes(key, at)
-	p.mu.Lock()
-	p.spotCache[key] = cached[map[string]map[string]float64]{at: now, val: out}
-	p.mu.Unlock()
 	return out, nil
 }
 

@@ -243,9 +243,7 @@ func TestClientToken(t *testing.T) {
 }
 
 func TestCreateIdempotency(t *testing.T) {
-	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "f", baseBlock(url))
+	fake, p, cfg := newTestProvider(t)
 	offs, err := p.Offerings(ctxT(t), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -310,9 +308,7 @@ func TestErrorMapping(t *testing.T) {
 		{code: "InvalidSubnetID.NotFound", kind: providers.KindInvalidConfig},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
-			fake, url := newFake(t)
-			p := aws.New(testOptions())
-			cfg := config(t, "f", baseBlock(url))
+			fake, p, cfg := newTestProvider(t)
 			offs, err := p.Offerings(ctxT(t), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -442,10 +438,8 @@ func TestCapacityFailover(t *testing.T) {
 }
 
 func TestListPagination(t *testing.T) {
-	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "f", baseBlock(url))
-	off := providers.Offering{Provider: aws.Name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "g5.xlarge", CapacityType: providers.Spot}
+	fake, p, cfg := newTestProvider(t)
+	off := g5Spot("us-east-1a")
 	var ids []string
 	for i := range 3 {
 		ins, err := p.Create(ctxT(t), cfg, providers.LaunchRequest{Offering: off, Count: 2, Tags: nodeTags("f", fmt.Sprint("n", i)), IdempotencyToken: fmt.Sprint("tok-", i)})
@@ -456,7 +450,7 @@ func TestListPagination(t *testing.T) {
 			ids = append(ids, in.ID)
 		}
 	}
-	other := providers.Offering{Provider: aws.Name, Region: "us-west-2", Zone: "us-west-2a", InstanceType: "g5.xlarge", CapacityType: providers.Spot}
+	other := g5Spot("us-west-2a")
 	ins, err := p.Create(ctxT(t), cfg, providers.LaunchRequest{Offering: other, Count: 1, Tags: nodeTags("f", "w"), IdempotencyToken: "tok-w"})
 	if err != nil {
 		t.Fatal(err)
@@ -495,10 +489,8 @@ func TestListPagination(t *testing.T) {
 }
 
 func TestDelayedConsistency(t *testing.T) {
-	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "f", baseBlock(url))
-	off := providers.Offering{Provider: aws.Name, Region: "us-west-2", Zone: "us-west-2a", InstanceType: "g5.xlarge", CapacityType: providers.Spot}
+	fake, p, cfg := newTestProvider(t)
+	off := g5Spot("us-west-2a")
 	fake.SetConsistencyDelay(4)
 	ins, err := p.Create(ctxT(t), cfg, providers.LaunchRequest{Offering: off, Count: 1, Tags: nodeTags("f", "n1"), IdempotencyToken: "tok-1"})
 	if err != nil {
@@ -540,10 +532,8 @@ func TestDelayedConsistency(t *testing.T) {
 }
 
 func TestDeleteStillHiddenIsTransient(t *testing.T) {
-	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "f", baseBlock(url))
-	off := providers.Offering{Provider: aws.Name, Region: "us-east-1", Zone: "us-east-1a", InstanceType: "g5.xlarge", CapacityType: providers.Spot}
+	fake, p, cfg := newTestProvider(t)
+	off := g5Spot("us-east-1a")
 	fake.SetConsistencyDelay(100) // longer than Delete's bounded retries
 	ins, err := p.Create(ctxT(t), cfg, providers.LaunchRequest{Offering: off, Count: 1, Tags: nodeTags("f", "n1"), IdempotencyToken: "tok-1"})
 	if err != nil {
@@ -556,9 +546,7 @@ func TestDeleteStillHiddenIsTransient(t *testing.T) {
 }
 
 func TestSpotInterruptionMarked(t *testing.T) {
-	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "f", baseBlock(url))
+	fake, p, cfg := newTestProvider(t)
 	off := providers.Offering{Provider: aws.Name, Region: "us-east-1", Zone: "us-east-1b", InstanceType: "p4d.24xlarge", CapacityType: providers.Spot}
 	ins, err := p.Create(ctxT(t), cfg, providers.LaunchRequest{Offering: off, Count: 2, Tags: nodeTags("f", "n1"), IdempotencyToken: "tok-1"})
 	if err != nil {

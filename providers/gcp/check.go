@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -318,28 +318,18 @@ func (k *checker) grantFix(role string) string {
 }
 
 func (k *checker) newClients(ctx context.Context) error {
-	opts := k.p.clientOptions(k.c)
-	var err error
-	if k.cl.projects, err = compute.NewProjectsRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("projects: %w", err)
+	b := &clientBuilder{ctx: ctx, opts: k.p.clientOptions(k.c)}
+	k.cl = checkClients{
+		projects: build(b, "projects", compute.NewProjectsRESTClient),
+		zones:    build(b, "zones", compute.NewZonesRESTClient),
+		regions:  build(b, "regions", compute.NewRegionsRESTClient),
+		images:   build(b, "images", compute.NewImagesRESTClient),
+		mts:      build(b, "machine types", compute.NewMachineTypesRESTClient),
+		accels:   build(b, "accelerator types", compute.NewAcceleratorTypesRESTClient),
+		subnets:  build(b, "subnetworks", compute.NewSubnetworksRESTClient),
 	}
-	if k.cl.zones, err = compute.NewZonesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("zones: %w", err)
-	}
-	if k.cl.regions, err = compute.NewRegionsRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("regions: %w", err)
-	}
-	if k.cl.images, err = compute.NewImagesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("images: %w", err)
-	}
-	if k.cl.mts, err = compute.NewMachineTypesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("machine types: %w", err)
-	}
-	if k.cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("accelerator types: %w", err)
-	}
-	if k.cl.subnets, err = compute.NewSubnetworksRESTClient(ctx, opts...); err != nil {
-		return fmt.Errorf("subnetworks: %w", err)
+	if b.err != nil {
+		return fmt.Errorf("%s: %w", b.failed, b.err)
 	}
 	return nil
 }
@@ -853,11 +843,11 @@ func (k *checker) quotaRows(ctx context.Context, facts []*zoneFacts) {
 			continue
 		}
 		qs := quotaMap(reg.GetQuotas())
-		for _, m := range sortedKeys(gpu[r]) {
+		for _, m := range slices.Sorted(maps.Keys(gpu[r])) {
 			k.add(k.standardQuotaRow(r, m, qs, *gpu[r][m]))
 			k.add(k.spotQuotaRow(r, m, "PREEMPTIBLE_"+m, qs, *gpu[r][m]))
 		}
-		for _, m := range sortedKeys(cpu[r]) {
+		for _, m := range slices.Sorted(maps.Keys(cpu[r])) {
 			if _, ok := qs[m]; !ok {
 				continue // vCPU rows only where the region reports the metric
 			}
@@ -902,15 +892,6 @@ func quotaMap(qs []*computepb.Quota) map[string]*computepb.Quota {
 		out[q.GetMetric()] = q
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func (k *checker) standardQuotaRow(region, metric string, qs map[string]*computepb.Quota, d demand) providers.CheckResult {

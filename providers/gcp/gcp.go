@@ -104,7 +104,6 @@ func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
 	if cl, ok := p.clients[c.Endpoint]; ok {
 		return cl, nil
 	}
-	opts := p.clientOptions(c)
 	wrap := func(what string, err error) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("gcp: %s client: %w", what, ctx.Err())
@@ -113,25 +112,39 @@ func (p *Provider) client(ctx context.Context, c *config) (*clients, error) {
 		// problem no retry fixes.
 		return providers.InvalidConfig(fmt.Errorf("gcp: %s client (Application Default Credentials): %w", what, err))
 	}
-	cl := &clients{}
-	var err error
-	if cl.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
-		return nil, wrap("instances", err)
+	b := &clientBuilder{ctx: ctx, opts: p.clientOptions(c)}
+	cl := &clients{
+		instances: build(b, "instances", compute.NewInstancesRESTClient),
+		ops:       build(b, "zone operations", compute.NewZoneOperationsRESTClient),
+		mts:       build(b, "machine types", compute.NewMachineTypesRESTClient),
+		accels:    build(b, "accelerator types", compute.NewAcceleratorTypesRESTClient),
+		policies:  build(b, "resource policies", compute.NewResourcePoliciesRESTClient),
 	}
-	if cl.ops, err = compute.NewZoneOperationsRESTClient(ctx, opts...); err != nil {
-		return nil, wrap("zone operations", err)
-	}
-	if cl.mts, err = compute.NewMachineTypesRESTClient(ctx, opts...); err != nil {
-		return nil, wrap("machine types", err)
-	}
-	if cl.accels, err = compute.NewAcceleratorTypesRESTClient(ctx, opts...); err != nil {
-		return nil, wrap("accelerator types", err)
-	}
-	if cl.policies, err = compute.NewResourcePoliciesRESTClient(ctx, opts...); err != nil {
-		return nil, wrap("resource policies", err)
+	if b.err != nil {
+		return nil, wrap(b.failed, b.err)
 	}
 	p.clients[c.Endpoint] = cl
 	return cl, nil
+}
+
+// clientBuilder makes Compute Engine clients with one set of options. It
+// keeps the first failure and which client it was; after one, build makes
+// no more clients.
+type clientBuilder struct {
+	ctx    context.Context
+	opts   []option.ClientOption
+	failed string
+	err    error
+}
+
+func build[C any](b *clientBuilder, what string, newClient func(context.Context, ...option.ClientOption) (C, error)) C {
+	var c C
+	if b.err == nil {
+		if c, b.err = newClient(b.ctx, b.opts...); b.err != nil {
+			b.failed = what
+		}
+	}
+	return c
 }
 
 // clientOptions are the options of every Compute Engine client of the

@@ -136,8 +136,7 @@ func TestInsertBody(t *testing.T) {
 }
 
 func TestCreateSameTokenIsOneInstance(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	req := launchReq(off, "n1")
 	req.Count = 3
@@ -191,8 +190,7 @@ func TestLaunchErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f, cfg := newFake(t, fakegce.Options{}, nil)
-			p := newProvider()
+			f, p, cfg := newTestProvider(t)
 			off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 			f.SetInsertFault("us-central1-a", tc.fault)
 			ins, err := p.Create(ctxT(t), cfg, launchReq(off, "e1"))
@@ -211,8 +209,7 @@ func TestLaunchErrors(t *testing.T) {
 }
 
 func TestStockoutInOneZone(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	f.SetStockout("us-central1-a", true)
 	offA := offering(t, p, cfg, "us-central1-a", "a2-highgpu-1g", providers.Spot)
 	offB := offering(t, p, cfg, "us-central1-b", "a2-highgpu-1g", providers.Spot)
@@ -235,8 +232,7 @@ func TestStockoutInOneZone(t *testing.T) {
 // original (failed) operation; a retry after the stockout ended must
 // launch anyway, once.
 func TestRetryAfterStockoutClears(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	f.SetStockout("us-central1-a", true)
 	if _, err := p.Create(ctxT(t), cfg, launchReq(off, "r1")); !providers.IsCapacity(err) {
@@ -252,14 +248,11 @@ func TestRetryAfterStockoutClears(t *testing.T) {
 	if err != nil || len(again) != 1 || again[0].ID != first[0].ID {
 		t.Fatalf("third Create: %v, %v; want %s again", again, err, first[0].ID)
 	}
-	if n := f.Stats().InstancesCreated; n != 1 {
-		t.Errorf("%d instances created, want 1", n)
-	}
+	wantCreated(t, f, 1)
 }
 
 func TestSlowOperations(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	f.SetOperationPolls(4)
 	ins, err := p.Create(ctxT(t), cfg, launchReq(off, "slow"))
@@ -278,8 +271,7 @@ func TestSlowOperations(t *testing.T) {
 }
 
 func TestAlreadyExists(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	req := launchReq(off, "x1")
 	ins, err := p.Create(ctxT(t), cfg, req)
@@ -295,14 +287,11 @@ func TestAlreadyExists(t *testing.T) {
 	if err != nil || len(again) != 1 || again[0].ID != ins[0].ID {
 		t.Fatalf("Create of an existing name: %v, %v; want %s adopted", again, err, ins[0].ID)
 	}
-	if n := f.Stats().InstancesCreated; n != 1 {
-		t.Errorf("%d instances created, want 1", n)
-	}
+	wantCreated(t, f, 1)
 }
 
 func TestPreemption(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	ins, err := p.Create(ctxT(t), cfg, launchReq(off, "p1"))
 	if err != nil {
@@ -552,8 +541,7 @@ func TestMachineArch(t *testing.T) {
 // (fleetd puts the daemon id in them), so the instance names differ and
 // each gets its own instance; neither adopts the other's.
 func TestTwoDaemonsSameNodeIDInOneProject(t *testing.T) {
-	f, cfg := newFake(t, fakegce.Options{}, nil)
-	p := newProvider()
+	f, p, cfg := newTestProvider(t)
 	off := offering(t, p, cfg, "us-central1-a", "g2-standard-8", providers.Spot)
 	var ids []string
 	for _, daemon := range []string{"d1", "d2"} {
@@ -572,7 +560,5 @@ func TestTwoDaemonsSameNodeIDInOneProject(t *testing.T) {
 	if ids[0] == ids[1] {
 		t.Fatalf("both daemons got instance %s", ids[0])
 	}
-	if n := f.Stats().InstancesCreated; n != 2 {
-		t.Errorf("%d instances created, want 2", n)
-	}
+	wantCreated(t, f, 2)
 }

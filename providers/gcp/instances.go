@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,7 +16,6 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers"
-	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -316,11 +314,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 		Project: c.Project, Filter: proto.String(labelFilter(tags)), MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
 	})
 	var out []providers.Instance
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for pair, err := range it.All() {
 		if err != nil {
 			return nil, mapErr(err, "list instances", "")
 		}
@@ -329,7 +323,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 			if err != nil {
 				return nil, err
 			}
-			if hasTags(in.Tags, tags) {
+			if providers.HasTags(in.Tags, tags) {
 				out = append(out, in)
 			}
 		}
@@ -346,15 +340,6 @@ func labelFilter(tags map[string]string) string {
 		terms = append(terms, fmt.Sprintf("(labels.%s = %s)", labelKey(k), strconv.Quote(labelValue(tags[k]))))
 	}
 	return strings.Join(terms, " ")
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Delete deletes an instance and waits for the deletion; an absent
@@ -455,11 +440,7 @@ func (p *Provider) interruption(ctx context.Context, cl *clients, project, zone 
 	})
 	var preempted *computepb.Operation
 	userStop := false
-	for {
-		op, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for op, err := range it.All() {
 		if err != nil {
 			return nil, mapErr(err, "list operations of "+got.GetName(), "")
 		}

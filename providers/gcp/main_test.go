@@ -78,3 +78,18 @@ func fakeOf(t *testing.T, cfg providers.Config) *fakegce.Server {
 }
 
 func newProvider() *gcp.Provider { return gcp.New(gcp.Options{PollInterval: testPoll}) }
+
+// newTestProvider is the frame of most provider tests: a fake with its
+// default zones, the config of a block on it, and a provider.
+func newTestProvider(t *testing.T) (*fakegce.Server, *gcp.Provider, providers.Config) {
+	f, cfg := newFake(t, fakegce.Options{}, nil)
+	return f, newProvider(), cfg
+}
+
+// wantCreated checks how many instances the fake has created.
+func wantCreated(t *testing.T, f *fakegce.Server, want int) {
+	t.Helper()
+	if n := f.Stats().InstancesCreated; n != want {
+		t.Errorf("%d instances created, want %d", n, want)
+	}
+}

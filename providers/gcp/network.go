@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -213,7 +215,7 @@ func (k *checker) gpuSubnetRows(ctx context.Context) {
 	for _, z := range k.c.Zones {
 		regions[regionOf(z)] = true
 	}
-	for _, region := range sortedKeys(regions) {
+	for _, region := range slices.Sorted(maps.Keys(regions)) {
 		nets := map[string]string{}
 		for i := range k.c.GPUSubnetworks {
 			ref := k.c.gpuSubnetwork(i, region)

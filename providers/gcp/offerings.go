@@ -2,7 +2,6 @@ package gcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers"
-	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -144,16 +142,13 @@ func (p *Provider) machineTypes(ctx context.Context, cl *clients, c *config, zon
 		MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
 	})
 	out := map[string]*computepb.MachineType{}
-	for {
-		mt, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
+	for mt, err := range it.All() {
 		if err != nil {
 			return nil, zoneErr(err, "list machine types", c, zone)
 		}
 		out[mt.GetName()] = mt
 	}
+	return out, nil
 }
 
 // acceleratorMax returns maximumCardsPerInstance of the block's
@@ -163,11 +158,7 @@ func (p *Provider) acceleratorMax(ctx context.Context, cl *clients, c *config, z
 		Project: c.Project, Zone: zone, Filter: proto.String(nameFilter([]string{c.accel.Type})),
 		MaxResults: proto.Uint32(uint32(p.opts.PageSize)),
 	})
-	for {
-		at, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return 0, nil
-		}
+	for at, err := range it.All() {
 		if err != nil {
 			return 0, zoneErr(err, "list accelerator types", c, zone)
 		}
@@ -175,6 +166,7 @@ func (p *Provider) acceleratorMax(ctx context.Context, cl *clients, c *config, z
 			return int(at.GetMaximumCardsPerInstance()), nil
 		}
 	}
+	return 0, nil
 }
 
 // zoneErr maps a list error; a 404 means the project or zone is wrong.

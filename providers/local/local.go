@@ -448,7 +448,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 	}
 	var out []providers.Instance
 	for _, r := range recs {
-		if !hasTags(r.Tags, tags) {
+		if !providers.HasTags(r.Tags, tags) {
 			continue
 		}
 		inst, err := p.observe(ctx, st, r)
@@ -461,15 +461,6 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 		out = append(out, inst)
 	}
 	return out, nil
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *Provider) instances(st store, ids []string) ([]providers.Instance, error) {

@@ -426,7 +426,7 @@ func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[s
 	var out []providers.Instance
 	for _, id := range p.order {
 		in := p.instances[id]
-		if in.State == providers.StateTerminated || !hasTags(in.Tags, tags) {
+		if in.State == providers.StateTerminated || !providers.HasTags(in.Tags, tags) {
 			continue
 		}
 		if out == nil {
@@ -435,15 +435,6 @@ func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[s
 		out = append(out, copyInstance(in))
 	}
 	return out, nil
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *MemProvider) Delete(ctx context.Context, cfg providers.Config, id string) error {

@@ -395,22 +395,13 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 		if in.market != m {
 			p.now(in.market)
 		}
-		if !in.ended.IsZero() || !hasTags(in.Tags, tags) {
+		if !in.ended.IsZero() || !providers.HasTags(in.Tags, tags) {
 			continue
 		}
 		out = append(out, p.copy(in))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Delete implements providers.Provider: the instance ends (and stops

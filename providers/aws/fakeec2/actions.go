@@ -3,6 +3,7 @@ package fakeec2
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -46,7 +47,7 @@ func (s *Server) page(p params, n int, minMax, maxMax int) (start, end int, next
 
 // ---- DescribeInstanceTypes ----
 
-func (s *Server) describeInstanceTypes(p params, requestID string) (any, *apiError) {
+func (s *Server) describeInstanceTypes(_ *region, p params) (answer, *apiError) {
 	names := p.list("InstanceType")
 	if len(names) == 0 {
 		names = s.typeNames()
@@ -64,7 +65,7 @@ func (s *Server) describeInstanceTypes(p params, requestID string) (any, *apiErr
 	if err != nil {
 		return nil, err
 	}
-	resp := xmlDescribeInstanceTypesResponse{Xmlns: Namespace, RequestID: requestID, NextToken: next}
+	resp := &xmlDescribeInstanceTypesResponse{NextToken: next}
 	for _, n := range names[start:end] {
 		t := s.types[n]
 		info := xmlInstanceTypeInfo{
@@ -88,7 +89,7 @@ func (s *Server) describeInstanceTypes(p params, requestID string) (any, *apiErr
 
 // ---- DescribeSpotPriceHistory ----
 
-func (s *Server) describeSpotPriceHistory(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describeSpotPriceHistory(r *region, p params) (answer, *apiError) {
 	types := p.list("InstanceType")
 	products := p.list("ProductDescription")
 	zone := p.get("AvailabilityZone")
@@ -157,7 +158,7 @@ func (s *Server) describeSpotPriceHistory(r *region, p params, requestID string)
 	if err != nil {
 		return nil, err
 	}
-	resp := xmlDescribeSpotPriceHistoryResponse{Xmlns: Namespace, RequestID: requestID, NextToken: next}
+	resp := &xmlDescribeSpotPriceHistoryResponse{NextToken: next}
 	for _, sp := range picked[from:to] {
 		resp.Prices = append(resp.Prices, xmlSpotPrice{
 			InstanceType: sp.typ, ProductDescription: sp.product, SpotPrice: strconv.FormatFloat(sp.price, 'f', 6, 64),
@@ -169,8 +170,8 @@ func (s *Server) describeSpotPriceHistory(r *region, p params, requestID string)
 
 // ---- DescribeAvailabilityZones ----
 
-func (s *Server) describeAvailabilityZones(r *region, requestID string) (any, *apiError) {
-	resp := xmlDescribeAvailabilityZonesResponse{Xmlns: Namespace, RequestID: requestID}
+func (s *Server) describeAvailabilityZones(r *region, _ params) (answer, *apiError) {
+	resp := &xmlDescribeAvailabilityZonesResponse{}
 	for _, z := range r.zones {
 		resp.Zones = append(resp.Zones, xmlAvailabilityZone{ZoneName: z, ZoneID: r.zoneID(z), State: "available", RegionName: r.name, ZoneType: "availability-zone"})
 	}
@@ -179,7 +180,7 @@ func (s *Server) describeAvailabilityZones(r *region, requestID string) (any, *a
 
 // ---- RunInstances ----
 
-func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) runInstances(r *region, p params) (answer, *apiError) {
 	token := p.get("ClientToken")
 	if len(token) > 64 {
 		return nil, &apiError{Code: "InvalidParameterValue", Message: "Value for parameter ClientToken is invalid: it must be at most 64 ASCII characters."}
@@ -190,7 +191,7 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 			if rec.canonical != canonical {
 				return nil, &apiError{Code: "IdempotentParameterMismatch", Message: "The client token you have provided is associated with a resource that is already deleted or has different parameters. Please use a different client token."}
 			}
-			return s.reservationResponse(r, rec.reservation, rec.ids, requestID), nil
+			return s.reservationResponse(r, rec.reservation, rec.ids), nil
 		}
 	}
 
@@ -414,7 +415,7 @@ func (s *Server) runInstances(r *region, p params, requestID string) (any, *apiE
 	if token != "" {
 		r.tokens[token] = &tokenRecord{canonical: canonical, reservation: resID, ids: ids}
 	}
-	return s.reservationResponse(r, resID, ids, requestID), nil
+	return s.reservationResponse(r, resID, ids), nil
 }
 
 func currentSpotPrice(r *region, zone, typ string) float64 {
@@ -444,8 +445,8 @@ func cloneTags(m map[string]string) map[string]string {
 	return out
 }
 
-func (s *Server) reservationResponse(r *region, resID string, ids []string, requestID string) xmlRunInstancesResponse {
-	resp := xmlRunInstancesResponse{Xmlns: Namespace, RequestID: requestID}
+func (s *Server) reservationResponse(r *region, resID string, ids []string) *xmlRunInstancesResponse {
+	resp := &xmlRunInstancesResponse{}
 	resp.ReservationID = resID
 	resp.OwnerID = s.opts.OwnerID
 	for i, id := range ids {
@@ -492,20 +493,22 @@ func (s *Server) xmlInstance(in *instance) xmlInstance {
 	if in.reason != "" {
 		x.StateReason = &xmlStateReason{Code: in.reason, Message: in.reason}
 	}
-	keys := make([]string, 0, len(in.tags))
-	for k := range in.tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		x.Tags = append(x.Tags, xmlTag{Key: k, Value: in.tags[k]})
-	}
+	x.Tags = xmlTags(in.tags)
 	return x
+}
+
+// xmlTags is a tagSet, in key order.
+func xmlTags(m map[string]string) []xmlTag {
+	var out []xmlTag
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, xmlTag{Key: k, Value: m[k]})
+	}
+	return out
 }
 
 // ---- DescribeInstances ----
 
-func (s *Server) describeInstances(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describeInstances(r *region, p params) (answer, *apiError) {
 	defer s.tickHiddenLocked(r)
 	now := s.now().UTC()
 	ids := p.list("InstanceId")
@@ -554,7 +557,7 @@ func (s *Server) describeInstances(r *region, p params, requestID string) (any, 
 	if err != nil {
 		return nil, err
 	}
-	resp := xmlDescribeInstancesResponse{Xmlns: Namespace, RequestID: requestID, NextToken: next}
+	resp := &xmlDescribeInstancesResponse{NextToken: next}
 	byRes := map[string]int{}
 	for _, in := range matched[start:end] {
 		i, ok := byRes[in.reservation]
@@ -656,7 +659,7 @@ func wildcard(pattern, s string) bool {
 
 // ---- TerminateInstances ----
 
-func (s *Server) terminateInstances(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) terminateInstances(r *region, p params) (answer, *apiError) {
 	defer s.tickHiddenLocked(r)
 	now := s.now().UTC()
 	ids := p.list("InstanceId")
@@ -675,7 +678,7 @@ func (s *Server) terminateInstances(r *region, p params, requestID string) (any,
 	if len(missing) > 0 {
 		return nil, &apiError{Code: "InvalidInstanceID.NotFound", Message: fmt.Sprintf("The instance IDs '%s' do not exist", strings.Join(missing, ", "))}
 	}
-	resp := xmlTerminateInstancesResponse{Xmlns: Namespace, RequestID: requestID}
+	resp := &xmlTerminateInstancesResponse{}
 	for _, id := range ids {
 		in := r.inst[id]
 		observeLocked(in, now)
@@ -691,7 +694,7 @@ func (s *Server) terminateInstances(r *region, p params, requestID string) (any,
 
 // ---- DescribeSpotInstanceRequests ----
 
-func (s *Server) describeSpotInstanceRequests(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describeSpotInstanceRequests(r *region, p params) (answer, *apiError) {
 	ids := p.list("SpotInstanceRequestId")
 	var cands []*spotRequest
 	if len(ids) > 0 {
@@ -741,7 +744,7 @@ func (s *Server) describeSpotInstanceRequests(r *region, p params, requestID str
 	if err != nil {
 		return nil, err
 	}
-	resp := xmlDescribeSpotInstanceRequestsResponse{Xmlns: Namespace, RequestID: requestID, NextToken: next}
+	resp := &xmlDescribeSpotInstanceRequestsResponse{NextToken: next}
 	for _, sr := range matched[start:end] {
 		x := xmlSpotRequest{
 			SpotInstanceRequestID: sr.id, SpotPrice: strconv.FormatFloat(currentSpotPrice(r, sr.zone, sr.typ)*3, 'f', 6, 64),

@@ -2,7 +2,6 @@ package fakeec2
 
 import (
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,14 +75,12 @@ type xmlImage struct {
 }
 
 type xmlDescribeImagesResponse struct {
-	XMLName   xml.Name   `xml:"DescribeImagesResponse"`
-	Xmlns     string     `xml:"xmlns,attr"`
-	RequestID string     `xml:"requestId"`
-	Images    []xmlImage `xml:"imagesSet>item"`
+	xmlHead
+	Images []xmlImage `xml:"imagesSet>item"`
 }
 
-func (s *Server) describeImages(r *region, p params, requestID string) (any, *apiError) {
-	resp := xmlDescribeImagesResponse{Xmlns: Namespace, RequestID: requestID}
+func (s *Server) describeImages(r *region, p params) (answer, *apiError) {
+	resp := &xmlDescribeImagesResponse{}
 	for _, id := range p.list("ImageId") {
 		if !amiIDRe.MatchString(id) {
 			return nil, &apiError{Code: "InvalidAMIID.Malformed", Message: fmt.Sprintf("Invalid id: \"%s\"", id)}
@@ -105,14 +102,12 @@ type xmlSubnet struct {
 }
 
 type xmlDescribeSubnetsResponse struct {
-	XMLName   xml.Name    `xml:"DescribeSubnetsResponse"`
-	Xmlns     string      `xml:"xmlns,attr"`
-	RequestID string      `xml:"requestId"`
-	Subnets   []xmlSubnet `xml:"subnetSet>item"`
+	xmlHead
+	Subnets []xmlSubnet `xml:"subnetSet>item"`
 }
 
-func (s *Server) describeSubnets(r *region, p params, requestID string) (any, *apiError) {
-	resp := xmlDescribeSubnetsResponse{Xmlns: Namespace, RequestID: requestID}
+func (s *Server) describeSubnets(r *region, p params) (answer, *apiError) {
+	resp := &xmlDescribeSubnetsResponse{}
 	for _, id := range p.list("SubnetId") {
 		zone, ok := r.subnets[id]
 		if !ok {
@@ -150,14 +145,12 @@ type xmlIPRange struct {
 }
 
 type xmlDescribeSecurityGroupsResponse struct {
-	XMLName   xml.Name           `xml:"DescribeSecurityGroupsResponse"`
-	Xmlns     string             `xml:"xmlns,attr"`
-	RequestID string             `xml:"requestId"`
-	Groups    []xmlSecurityGroup `xml:"securityGroupInfo>item"`
+	xmlHead
+	Groups []xmlSecurityGroup `xml:"securityGroupInfo>item"`
 }
 
-func (s *Server) describeSecurityGroups(r *region, p params, requestID string) (any, *apiError) {
-	resp := xmlDescribeSecurityGroupsResponse{Xmlns: Namespace, RequestID: requestID}
+func (s *Server) describeSecurityGroups(r *region, p params) (answer, *apiError) {
+	resp := &xmlDescribeSecurityGroupsResponse{}
 	for _, id := range p.list("GroupId") {
 		if !strings.HasPrefix(id, "sg-") {
 			return nil, &apiError{Code: "InvalidGroupId.Malformed", Message: fmt.Sprintf("Invalid id: \"%s\" (expecting \"sg-...\")", id)}

@@ -509,14 +509,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.calls[action]++
 	s.last[action] = url.Values(p)
 	s.lastKey[action] = accessKey
-	resp, apiErr := s.dispatchLocked(regionName, action, p, requestID)
+	resp, apiErr := s.dispatchLocked(regionName, action, p)
 	if apiErr != nil {
 		writeError(w, requestID, apiErr)
 		return
 	}
+	resp.head().RequestID = requestID
 	var buf bytes.Buffer
 	buf.WriteString(xml.Header)
-	if err := xml.NewEncoder(&buf).Encode(resp); err != nil {
+	start := xml.StartElement{Name: xml.Name{Local: action + "Response"}, Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: Namespace}}}
+	if err := xml.NewEncoder(&buf).EncodeElement(resp, start); err != nil {
 		writeError(w, requestID, &apiError{Code: "InternalError", Message: err.Error()})
 		return
 	}
@@ -525,7 +527,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (s *Server) dispatchLocked(regionName, action string, p params, requestID string) (any, *apiError) {
+// actions are the EC2 Query actions the fake serves, each answering with
+// a body that ServeHTTP opens with the action's xmlHead.
+var actions = map[string]func(*Server, *region, params) (answer, *apiError){
+	"DescribeImages":                (*Server).describeImages,
+	"DescribeSubnets":               (*Server).describeSubnets,
+	"DescribeSecurityGroups":        (*Server).describeSecurityGroups,
+	"CreateTags":                    (*Server).createTags,
+	"DescribeInstanceTypes":         (*Server).describeInstanceTypes,
+	"DescribeSpotPriceHistory":      (*Server).describeSpotPriceHistory,
+	"DescribeInstanceTypeOfferings": (*Server).describeInstanceTypeOfferings,
+	"GetSpotPlacementScores":        (*Server).getSpotPlacementScores,
+	"DescribeAvailabilityZones":     (*Server).describeAvailabilityZones,
+	"RunInstances":                  (*Server).runInstances,
+	"DescribeInstances":             (*Server).describeInstances,
+	"TerminateInstances":            (*Server).terminateInstances,
+	"DescribeSpotInstanceRequests":  (*Server).describeSpotInstanceRequests,
+	"CreatePlacementGroup":          (*Server).createPlacementGroup,
+	"DescribePlacementGroups":       (*Server).describePlacementGroups,
+	"DeletePlacementGroup":          (*Server).deletePlacementGroup,
+}
+
+// createTags answers only dry runs (preflightLocked); a real tagging
+// call is refused.
+func (s *Server) createTags(*region, params) (answer, *apiError) {
+	return nil, &apiError{Code: "InvalidAction", Message: "CreateTags is served only as a dry run by this fake."}
+}
+
+func (s *Server) dispatchLocked(regionName, action string, p params) (answer, *apiError) {
 	if v := p.get("Version"); v != APIVersion {
 		return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Version %q is not supported by this fake (want %s).", v, APIVersion)}
 	}
@@ -545,39 +574,8 @@ func (s *Server) dispatchLocked(regionName, action string, p params, requestID s
 	if e := s.preflightLocked(r, action, p); e != nil {
 		return nil, e
 	}
-	switch action {
-	case "DescribeImages":
-		return s.describeImages(r, p, requestID)
-	case "DescribeSubnets":
-		return s.describeSubnets(r, p, requestID)
-	case "DescribeSecurityGroups":
-		return s.describeSecurityGroups(r, p, requestID)
-	case "CreateTags":
-		return nil, &apiError{Code: "InvalidAction", Message: "CreateTags is served only as a dry run by this fake."}
-	case "DescribeInstanceTypes":
-		return s.describeInstanceTypes(p, requestID)
-	case "DescribeSpotPriceHistory":
-		return s.describeSpotPriceHistory(r, p, requestID)
-	case "DescribeInstanceTypeOfferings":
-		return s.describeInstanceTypeOfferings(r, p, requestID)
-	case "GetSpotPlacementScores":
-		return s.getSpotPlacementScores(p, requestID)
-	case "DescribeAvailabilityZones":
-		return s.describeAvailabilityZones(r, requestID)
-	case "RunInstances":
-		return s.runInstances(r, p, requestID)
-	case "DescribeInstances":
-		return s.describeInstances(r, p, requestID)
-	case "TerminateInstances":
-		return s.terminateInstances(r, p, requestID)
-	case "DescribeSpotInstanceRequests":
-		return s.describeSpotInstanceRequests(r, p, requestID)
-	case "CreatePlacementGroup":
-		return s.createPlacementGroup(r, p, requestID)
-	case "DescribePlacementGroups":
-		return s.describePlacementGroups(r, p, requestID)
-	case "DeletePlacementGroup":
-		return s.deletePlacementGroup(r, p, requestID)
+	if handle, ok := actions[action]; ok {
+		return handle(s, r, p)
 	}
 	return nil, &apiError{Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", action)}
 }

@@ -42,6 +42,16 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// run launches n instances under token, failing the test if EC2 says no.
+func run(t *testing.T, c *ec2.Client, token string, n int32) *ec2.RunInstancesOutput {
+	t.Helper()
+	out, err := c.RunInstances(ctxT(t), runInput(token, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func code(err error) string {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -152,19 +162,13 @@ func TestDescribeInstanceTypes(t *testing.T) {
 
 func TestRunInstancesIdempotency(t *testing.T) {
 	fake, c, _ := newClient(t, "us-east-1")
-	first, err := c.RunInstances(ctxT(t), runInput("tok-a", 2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := run(t, c, "tok-a", 2)
 	in := first.Instances[0]
 	if len(first.Instances) != 2 || in.State.Name != types.InstanceStateNamePending || in.InstanceLifecycle != types.InstanceLifecycleTypeSpot ||
 		aws.ToString(in.Placement.AvailabilityZone) != "us-east-1b" || aws.ToString(in.SpotInstanceRequestId) == "" || aws.ToString(in.Tags[0].Value) != "f" {
 		t.Fatalf("RunInstances parsed as %+v", first)
 	}
-	again, err := c.RunInstances(ctxT(t), runInput("tok-a", 2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := run(t, c, "tok-a", 2)
 	if aws.ToString(again.ReservationId) != aws.ToString(first.ReservationId) || aws.ToString(again.Instances[1].InstanceId) != aws.ToString(first.Instances[1].InstanceId) {
 		t.Errorf("same token and parameters: reservation %s, want %s", aws.ToString(again.ReservationId), aws.ToString(first.ReservationId))
 	}
@@ -233,10 +237,7 @@ func TestDescribeInstances(t *testing.T) {
 func TestConsistencyDelay(t *testing.T) {
 	fake, c, _ := newClient(t, "us-east-1")
 	fake.SetConsistencyDelay(2)
-	out, err := c.RunInstances(ctxT(t), runInput("tok", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := run(t, c, "tok", 1)
 	id := aws.ToString(out.Instances[0].InstanceId)
 	for i := range 2 {
 		if _, err := c.DescribeInstances(ctxT(t), &ec2.DescribeInstancesInput{InstanceIds: []string{id}}); code(err) != "InvalidInstanceID.NotFound" {
@@ -250,10 +251,7 @@ func TestConsistencyDelay(t *testing.T) {
 
 func TestSpotInterruption(t *testing.T) {
 	fake, c, _ := newClient(t, "us-east-1")
-	out, err := c.RunInstances(ctxT(t), runInput("tok", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := run(t, c, "tok", 1)
 	id := aws.ToString(out.Instances[0].InstanceId)
 	if err := fake.InterruptSpot(id, 100*time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 package fakeec2
 
 import (
-	"encoding/xml"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,23 +72,13 @@ func (s *Server) PlacementGroups() []PlacementGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []PlacementGroup
-	for _, rn := range sortedNames(s.regions) {
+	for _, rn := range slices.Sorted(maps.Keys(s.regions)) {
 		r := s.regions[rn]
-		for _, n := range sortedNames(r.pgroups) {
+		for _, n := range slices.Sorted(maps.Keys(r.pgroups)) {
 			g := r.pgroups[n]
 			out = append(out, PlacementGroup{Region: rn, Name: g.name, Strategy: g.strategy, State: g.state, Zone: g.zone, Tags: cloneTags(g.tags)})
 		}
 	}
-	return out
-}
-
-// sortedNames returns m's keys in order.
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -116,7 +106,7 @@ func networkInfo(t InstanceType) *xmlNetworkInfo {
 
 var groupStrategies = []string{"cluster", "spread", "partition"}
 
-func (s *Server) createPlacementGroup(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) createPlacementGroup(r *region, p params) (answer, *apiError) {
 	name, strategy := p.get("GroupName"), p.get("Strategy")
 	switch {
 	case name == "":
@@ -142,32 +132,25 @@ func (s *Server) createPlacementGroup(r *region, p params, requestID string) (an
 		r.pgroups = map[string]*placementGroup{}
 	}
 	r.pgroups[name] = g
-	return xmlCreatePlacementGroupResponse{Xmlns: Namespace, RequestID: requestID, Group: s.xmlGroup(r, g)}, nil
+	return &xmlCreatePlacementGroupResponse{Group: s.xmlGroup(r, g)}, nil
 }
 
 func (s *Server) xmlGroup(r *region, g *placementGroup) xmlPlacementGroup {
 	x := xmlPlacementGroup{GroupName: g.name, State: g.state, Strategy: g.strategy, GroupID: g.id,
 		GroupArn: "arn:aws:ec2:" + r.name + ":" + s.opts.OwnerID + ":placement-group/" + g.name}
-	keys := make([]string, 0, len(g.tags))
-	for k := range g.tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		x.Tags = append(x.Tags, xmlTag{Key: k, Value: g.tags[k]})
-	}
+	x.Tags = xmlTags(g.tags)
 	return x
 }
 
-func (s *Server) describePlacementGroups(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describePlacementGroups(r *region, p params) (answer, *apiError) {
 	names := p.list("GroupName")
 	for _, n := range names {
 		if _, ok := r.pgroups[n]; !ok {
 			return nil, &apiError{Code: "InvalidPlacementGroup.Unknown", Message: fmt.Sprintf("The Placement Group '%s' is unknown.", n)}
 		}
 	}
-	resp := xmlDescribePlacementGroupsResponse{Xmlns: Namespace, RequestID: requestID}
-	for _, n := range sortedNames(r.pgroups) {
+	resp := &xmlDescribePlacementGroupsResponse{}
+	for _, n := range slices.Sorted(maps.Keys(r.pgroups)) {
 		g := r.pgroups[n]
 		if len(names) > 0 && !slices.Contains(names, n) {
 			continue
@@ -218,7 +201,7 @@ func groupMatches(g *placementGroup, filters []filter) (bool, *apiError) {
 	return true, nil
 }
 
-func (s *Server) deletePlacementGroup(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) deletePlacementGroup(r *region, p params) (answer, *apiError) {
 	name := p.get("GroupName")
 	if _, ok := r.pgroups[name]; !ok {
 		return nil, &apiError{Code: "InvalidPlacementGroup.Unknown", Message: fmt.Sprintf("The Placement Group '%s' is unknown.", name)}
@@ -229,7 +212,7 @@ func (s *Server) deletePlacementGroup(r *region, p params, requestID string) (an
 		}
 	}
 	delete(r.pgroups, name)
-	return xmlReturnResponse{XMLName: xml.Name{Local: "DeletePlacementGroupResponse"}, Xmlns: Namespace, RequestID: requestID, Return: true}, nil
+	return &xmlReturnResponse{Return: true}, nil
 }
 
 // ---- RunInstances: interfaces and group ----

@@ -1,7 +1,6 @@
 package fakeec2
 
 import (
-	"encoding/xml"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,9 +18,7 @@ type xmlInstanceTypeOffering struct {
 }
 
 type xmlDescribeInstanceTypeOfferingsResponse struct {
-	XMLName   xml.Name                  `xml:"DescribeInstanceTypeOfferingsResponse"`
-	Xmlns     string                    `xml:"xmlns,attr"`
-	RequestID string                    `xml:"requestId"`
+	xmlHead
 	Offerings []xmlInstanceTypeOffering `xml:"instanceTypeOfferingSet>item"`
 	NextToken string                    `xml:"nextToken,omitempty"`
 }
@@ -33,9 +30,7 @@ type xmlSpotPlacementScore struct {
 }
 
 type xmlGetSpotPlacementScoresResponse struct {
-	XMLName   xml.Name                `xml:"GetSpotPlacementScoresResponse"`
-	Xmlns     string                  `xml:"xmlns,attr"`
-	RequestID string                  `xml:"requestId"`
+	xmlHead
 	Scores    []xmlSpotPlacementScore `xml:"spotPlacementScoreSet>item"`
 	NextToken string                  `xml:"nextToken,omitempty"`
 }
@@ -112,7 +107,7 @@ func regionAbbrev(region string) string {
 	return out + parts[len(parts)-1]
 }
 
-func (s *Server) describeInstanceTypeOfferings(r *region, p params, requestID string) (any, *apiError) {
+func (s *Server) describeInstanceTypeOfferings(r *region, p params) (answer, *apiError) {
 	if lt := p.get("LocationType"); lt != "" && lt != "availability-zone" && lt != "region" {
 		return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Value (%s) for parameter locationType is invalid.", lt)}
 	}
@@ -145,10 +140,10 @@ func (s *Server) describeInstanceTypeOfferings(r *region, p params, requestID st
 	if err != nil {
 		return nil, err
 	}
-	return xmlDescribeInstanceTypeOfferingsResponse{Xmlns: Namespace, RequestID: requestID, Offerings: offs[from:to], NextToken: next}, nil
+	return &xmlDescribeInstanceTypeOfferingsResponse{Offerings: offs[from:to], NextToken: next}, nil
 }
 
-func (s *Server) getSpotPlacementScores(p params, requestID string) (any, *apiError) {
+func (s *Server) getSpotPlacementScores(_ *region, p params) (answer, *apiError) {
 	types := p.list("InstanceType")
 	if len(types) == 0 {
 		return nil, &apiError{Code: "MissingParameter", Message: "The request must contain the parameter InstanceType or InstanceRequirementsWithMetadata."}
@@ -203,5 +198,5 @@ func (s *Server) getSpotPlacementScores(p params, requestID string) (any, *apiEr
 	if err != nil {
 		return nil, err
 	}
-	return xmlGetSpotPlacementScoresResponse{Xmlns: Namespace, RequestID: requestID, Scores: out[from:to], NextToken: next}, nil
+	return &xmlGetSpotPlacementScoresResponse{Scores: out[from:to], NextToken: next}, nil
 }

@@ -9,6 +9,19 @@ const Namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
 // serves. Element names are the EC2 wire names (camelCase, lists as
 // <xxxSet><item>…</item></xxxSet>), the names the SDK's deserializers match.
 
+// xmlHead opens every answer's body. ServeHTTP fills it in and names the
+// answer's element as EC2 does, <{Action}Response xmlns="Namespace">, so a
+// handler builds only the body.
+type xmlHead struct {
+	RequestID string `xml:"requestId"`
+}
+
+// answer is what an action handler returns: a pointer to a response type
+// that embeds xmlHead.
+type answer interface{ head() *xmlHead }
+
+func (h *xmlHead) head() *xmlHead { return h }
+
 type xmlErrorResponse struct {
 	XMLName   xml.Name   `xml:"Response"`
 	Errors    []xmlError `xml:"Errors>Error"`
@@ -91,16 +104,12 @@ type xmlReservation struct {
 }
 
 type xmlRunInstancesResponse struct {
-	XMLName   xml.Name `xml:"RunInstancesResponse"`
-	Xmlns     string   `xml:"xmlns,attr"`
-	RequestID string   `xml:"requestId"`
+	xmlHead
 	xmlReservation
 }
 
 type xmlDescribeInstancesResponse struct {
-	XMLName      xml.Name         `xml:"DescribeInstancesResponse"`
-	Xmlns        string           `xml:"xmlns,attr"`
-	RequestID    string           `xml:"requestId"`
+	xmlHead
 	Reservations []xmlReservation `xml:"reservationSet>item"`
 	NextToken    string           `xml:"nextToken,omitempty"`
 }
@@ -112,9 +121,7 @@ type xmlStateChange struct {
 }
 
 type xmlTerminateInstancesResponse struct {
-	XMLName   xml.Name         `xml:"TerminateInstancesResponse"`
-	Xmlns     string           `xml:"xmlns,attr"`
-	RequestID string           `xml:"requestId"`
+	xmlHead
 	Instances []xmlStateChange `xml:"instancesSet>item"`
 }
 
@@ -173,24 +180,18 @@ type xmlPlacementGroup struct {
 }
 
 type xmlCreatePlacementGroupResponse struct {
-	XMLName   xml.Name          `xml:"CreatePlacementGroupResponse"`
-	Xmlns     string            `xml:"xmlns,attr"`
-	RequestID string            `xml:"requestId"`
-	Group     xmlPlacementGroup `xml:"placementGroup"`
+	xmlHead
+	Group xmlPlacementGroup `xml:"placementGroup"`
 }
 
 type xmlDescribePlacementGroupsResponse struct {
-	XMLName   xml.Name            `xml:"DescribePlacementGroupsResponse"`
-	Xmlns     string              `xml:"xmlns,attr"`
-	RequestID string              `xml:"requestId"`
-	Groups    []xmlPlacementGroup `xml:"placementGroupSet>item"`
+	xmlHead
+	Groups []xmlPlacementGroup `xml:"placementGroupSet>item"`
 }
 
 type xmlReturnResponse struct {
-	XMLName   xml.Name
-	Xmlns     string `xml:"xmlns,attr"`
-	RequestID string `xml:"requestId"`
-	Return    bool   `xml:"return"`
+	xmlHead
+	Return bool `xml:"return"`
 }
 
 // xmlInstanceNIC is one of an instance's networkInterfaceSet items.
@@ -204,9 +205,7 @@ type xmlInstanceNIC struct {
 }
 
 type xmlDescribeInstanceTypesResponse struct {
-	XMLName       xml.Name              `xml:"DescribeInstanceTypesResponse"`
-	Xmlns         string                `xml:"xmlns,attr"`
-	RequestID     string                `xml:"requestId"`
+	xmlHead
 	InstanceTypes []xmlInstanceTypeInfo `xml:"instanceTypeSet>item"`
 	NextToken     string                `xml:"nextToken,omitempty"`
 }
@@ -220,9 +219,7 @@ type xmlSpotPrice struct {
 }
 
 type xmlDescribeSpotPriceHistoryResponse struct {
-	XMLName   xml.Name       `xml:"DescribeSpotPriceHistoryResponse"`
-	Xmlns     string         `xml:"xmlns,attr"`
-	RequestID string         `xml:"requestId"`
+	xmlHead
 	Prices    []xmlSpotPrice `xml:"spotPriceHistorySet>item"`
 	NextToken string         `xml:"nextToken,omitempty"`
 }
@@ -248,9 +245,7 @@ type xmlSpotRequest struct {
 }
 
 type xmlDescribeSpotInstanceRequestsResponse struct {
-	XMLName   xml.Name         `xml:"DescribeSpotInstanceRequestsResponse"`
-	Xmlns     string           `xml:"xmlns,attr"`
-	RequestID string           `xml:"requestId"`
+	xmlHead
 	Requests  []xmlSpotRequest `xml:"spotInstanceRequestSet>item"`
 	NextToken string           `xml:"nextToken,omitempty"`
 }
@@ -264,8 +259,6 @@ type xmlAvailabilityZone struct {
 }
 
 type xmlDescribeAvailabilityZonesResponse struct {
-	XMLName   xml.Name              `xml:"DescribeAvailabilityZonesResponse"`
-	Xmlns     string                `xml:"xmlns,attr"`
-	RequestID string                `xml:"requestId"`
-	Zones     []xmlAvailabilityZone `xml:"availabilityZoneInfo>item"`
+	xmlHead
+	Zones []xmlAvailabilityZone `xml:"availabilityZoneInfo>item"`
 }

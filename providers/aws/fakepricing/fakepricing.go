@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetd/fleetd/providers/internal/failscript"
 )
 
 // PublicationDate is the publicationDate of every price list item.
@@ -31,8 +33,7 @@ var PublicationDate = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
 type Server struct {
 	mu       sync.Mutex
 	products []map[string]string // attributes, plus "_usd" for the price
-	errs     []apiError
-	calls    int
+	script   failscript.Queue[apiError]
 	last     []Filter
 }
 
@@ -88,26 +89,14 @@ func sameProduct(a, b map[string]string) bool {
 // Fail makes the next n calls fail with an AWS error (e.g. 400
 // "AccessDeniedException").
 func (s *Server) Fail(n, status int, code, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		s.errs = append(s.errs, apiError{status, code, msg})
-	}
+	s.script.Fail(n, apiError{status, code, msg})
 }
 
 // Recover drops the failures Fail scripted and not yet served.
-func (s *Server) Recover() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errs = nil
-}
+func (s *Server) Recover() { s.script.Recover() }
 
 // Calls is how many GetProducts calls were served (failed ones included).
-func (s *Server) Calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
-}
+func (s *Server) Calls() int { return s.script.Calls() }
 
 // LastFilters are the filters of the last GetProducts call.
 func (s *Server) LastFilters() []Filter {
@@ -155,11 +144,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls++
 	s.last = in.Filters
-	if len(s.errs) > 0 {
-		e := s.errs[0]
-		s.errs = s.errs[1:]
+	if e, ok := s.script.Serve(); ok {
 		writeErr(w, e)
 		return
 	}

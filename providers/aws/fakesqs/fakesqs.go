@@ -248,28 +248,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
-	base := "http://" + r.Host
-	switch op {
-	case "GetQueueUrl":
-		s.getQueueURL(w, body, base)
-	case "SendMessage":
-		s.sendMessage(w, body)
-	case "ReceiveMessage":
-		s.receiveMessage(w, r, body)
-	case "DeleteMessage":
-		s.deleteMessage(w, body)
-	case "GetQueueAttributes":
-		s.getQueueAttributes(w, body)
-	default:
+	serve, ok := operations[op]
+	if !ok {
 		writeError(w, apiError{code: "UnsupportedOperation", message: op + " is not implemented by fakesqs"})
+		return
+	}
+	out, e := serve(s, r, body)
+	switch {
+	case e != nil:
+		writeError(w, *e)
+	case out != nil: // nil: the client went away during a long poll
+		writeJSON(w, out)
 	}
 }
 
-func decode(body []byte, v any) *apiError {
-	if err := json.Unmarshal(body, v); err != nil {
-		return &apiError{code: "SerializationException", message: err.Error(), status: http.StatusBadRequest}
+// operations are the SQS operations the fake serves, each answering its
+// JSON result or an SQS error.
+var operations = map[string]func(s *Server, r *http.Request, body []byte) (any, *apiError){
+	"GetQueueUrl":        operation((*Server).getQueueURL),
+	"SendMessage":        operation((*Server).sendMessage),
+	"ReceiveMessage":     operation((*Server).receiveMessage),
+	"DeleteMessage":      operation((*Server).deleteMessage),
+	"GetQueueAttributes": operation((*Server).getQueueAttributes),
+}
+
+// operation decodes a request body into the handler's input first,
+// answering SerializationException when it is not that JSON.
+func operation[In any](h func(s *Server, r *http.Request, in *In) (any, *apiError)) func(*Server, *http.Request, []byte) (any, *apiError) {
+	return func(s *Server, r *http.Request, body []byte) (any, *apiError) {
+		var in In
+		if err := json.Unmarshal(body, &in); err != nil {
+			return nil, &apiError{code: "SerializationException", message: err.Error(), status: http.StatusBadRequest}
+		}
+		return h(s, r, &in)
 	}
-	return nil
 }
 
 // queueLocked finds the queue a QueueUrl names (by its last path segment).
@@ -286,46 +298,39 @@ func (s *Server) queueLocked(url string) (*queue, *apiError) {
 	return q, nil
 }
 
-func (s *Server) getQueueURL(w http.ResponseWriter, body []byte, base string) {
-	var in struct {
-		QueueName string `json:"QueueName"`
-	}
-	if e := decode(body, &in); e != nil {
-		writeError(w, *e)
-		return
-	}
+type queueNameInput struct {
+	QueueName string `json:"QueueName"`
+}
+
+func (s *Server) getQueueURL(r *http.Request, in *queueNameInput) (any, *apiError) {
 	s.mu.Lock()
 	_, ok := s.queues[in.QueueName]
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, errNoQueue)
-		return
+		e := errNoQueue
+		return nil, &e
 	}
-	writeJSON(w, map[string]string{"QueueUrl": s.QueueURL(base, in.QueueName)})
+	return map[string]string{"QueueUrl": s.QueueURL("http://"+r.Host, in.QueueName)}, nil
+}
+
+type queueInput struct {
+	QueueURL string `json:"QueueUrl"`
 }
 
 // getQueueAttributes answers the message counts (what a preflight reads
 // to prove the queue is readable without consuming a message).
-func (s *Server) getQueueAttributes(w http.ResponseWriter, body []byte) {
-	var in struct {
-		QueueURL string `json:"QueueUrl"`
-	}
-	if e := decode(body, &in); e != nil {
-		writeError(w, *e)
-		return
-	}
+func (s *Server) getQueueAttributes(_ *http.Request, in *queueInput) (any, *apiError) {
 	s.mu.Lock()
 	q, e := s.queueLocked(in.QueueURL)
 	s.mu.Unlock()
 	if e != nil {
-		writeError(w, *e)
-		return
+		return nil, e
 	}
 	visible, inFlight := s.Counts(q.name)
-	writeJSON(w, map[string]map[string]string{"Attributes": {
+	return map[string]map[string]string{"Attributes": {
 		"ApproximateNumberOfMessages":           strconv.Itoa(visible),
 		"ApproximateNumberOfMessagesNotVisible": strconv.Itoa(inFlight),
-	}})
+	}}, nil
 }
 
 func md5Hex(s string) string {
@@ -333,29 +338,24 @@ func md5Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (s *Server) sendMessage(w http.ResponseWriter, body []byte) {
-	var in struct {
-		QueueURL    string `json:"QueueUrl"`
-		MessageBody string `json:"MessageBody"`
-	}
-	if e := decode(body, &in); e != nil {
-		writeError(w, *e)
-		return
-	}
+type sendInput struct {
+	QueueURL    string `json:"QueueUrl"`
+	MessageBody string `json:"MessageBody"`
+}
+
+func (s *Server) sendMessage(_ *http.Request, in *sendInput) (any, *apiError) {
 	if in.MessageBody == "" {
-		writeError(w, *invalidParam("The request must contain the parameter MessageBody."))
-		return
+		return nil, invalidParam("The request must contain the parameter MessageBody.")
 	}
 	s.mu.Lock()
 	q, e := s.queueLocked(in.QueueURL)
 	if e != nil {
 		s.mu.Unlock()
-		writeError(w, *e)
-		return
+		return nil, e
 	}
 	id := s.sendLocked(q, in.MessageBody, time.Now())
 	s.mu.Unlock()
-	writeJSON(w, map[string]string{"MessageId": id, "MD5OfMessageBody": md5Hex(in.MessageBody)})
+	return map[string]string{"MessageId": id, "MD5OfMessageBody": md5Hex(in.MessageBody)}, nil
 }
 
 type receiveInput struct {
@@ -375,31 +375,23 @@ type wireMessage struct {
 	Attributes    map[string]string `json:"Attributes,omitempty"`
 }
 
-func (s *Server) receiveMessage(w http.ResponseWriter, r *http.Request, body []byte) {
-	var in receiveInput
-	if e := decode(body, &in); e != nil {
-		writeError(w, *e)
-		return
-	}
+func (s *Server) receiveMessage(r *http.Request, in *receiveInput) (any, *apiError) {
 	maxN := 1
 	if in.MaxNumberOfMessages != nil {
 		maxN = *in.MaxNumberOfMessages
 		if maxN < 1 || maxN > 10 {
-			writeError(w, *invalidParam("Value %d for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided.", maxN))
-			return
+			return nil, invalidParam("Value %d for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided.", maxN)
 		}
 	}
 	wait := 0
 	if in.WaitTimeSeconds != nil {
 		wait = *in.WaitTimeSeconds
 		if wait < 0 || wait > 20 {
-			writeError(w, *invalidParam("Value %d for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided.", wait))
-			return
+			return nil, invalidParam("Value %d for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided.", wait)
 		}
 	}
 	if in.VisibilityTimeout != nil && (*in.VisibilityTimeout < 0 || *in.VisibilityTimeout > 43200) {
-		writeError(w, *invalidParam("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= 43200, if provided.", *in.VisibilityTimeout))
-		return
+		return nil, invalidParam("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= 43200, if provided.", *in.VisibilityTimeout)
 	}
 	attrs := append(slices.Clone(in.AttributeNames), in.MessageSystemAttributeNames...)
 	deadline := time.Now().Add(time.Duration(wait) * time.Second)
@@ -408,8 +400,7 @@ func (s *Server) receiveMessage(w http.ResponseWriter, r *http.Request, body []b
 		q, e := s.queueLocked(in.QueueURL)
 		if e != nil {
 			s.mu.Unlock()
-			writeError(w, *e)
-			return
+			return nil, e
 		}
 		now := time.Now()
 		visibility := q.visibility
@@ -441,11 +432,9 @@ func (s *Server) receiveMessage(w http.ResponseWriter, r *http.Request, body []b
 		s.mu.Unlock()
 		if len(out) > 0 || !now.Before(deadline) {
 			if len(out) == 0 {
-				writeJSON(w, map[string]any{}) // SQS leaves Messages out when there are none
-				return
+				return map[string]any{}, nil // SQS leaves Messages out when there are none
 			}
-			writeJSON(w, map[string]any{"Messages": out})
-			return
+			return map[string]any{"Messages": out}, nil
 		}
 		// Long poll: wake on a new message, a visibility timeout running
 		// out, the wait ending, or the client going away.
@@ -459,7 +448,7 @@ func (s *Server) receiveMessage(w http.ResponseWriter, r *http.Request, body []b
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return
+			return nil, nil
 		}
 		t.Stop()
 	}
@@ -483,28 +472,23 @@ func systemAttributes(m *message, names []string) map[string]string {
 	return out
 }
 
-func (s *Server) deleteMessage(w http.ResponseWriter, body []byte) {
-	var in struct {
-		QueueURL      string `json:"QueueUrl"`
-		ReceiptHandle string `json:"ReceiptHandle"`
-	}
-	if e := decode(body, &in); e != nil {
-		writeError(w, *e)
-		return
-	}
+type deleteInput struct {
+	QueueURL      string `json:"QueueUrl"`
+	ReceiptHandle string `json:"ReceiptHandle"`
+}
+
+func (s *Server) deleteMessage(_ *http.Request, in *deleteInput) (any, *apiError) {
 	if !strings.HasPrefix(in.ReceiptHandle, "AQEB") {
-		writeError(w, apiError{code: "ReceiptHandleIsInvalid", message: fmt.Sprintf("The input receipt handle \"%s\" is not a valid receipt handle.", in.ReceiptHandle)})
-		return
+		return nil, &apiError{code: "ReceiptHandleIsInvalid", message: fmt.Sprintf("The input receipt handle \"%s\" is not a valid receipt handle.", in.ReceiptHandle)}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, e := s.queueLocked(in.QueueURL)
 	if e != nil {
-		writeError(w, *e)
-		return
+		return nil, e
 	}
 	// A stale handle (the message was received again since) succeeds
 	// without deleting, as SQS documents.
 	q.msgs = slices.DeleteFunc(q.msgs, func(m *message) bool { return m.handle == in.ReceiptHandle })
-	writeJSON(w, map[string]any{})
+	return map[string]any{}, nil
 }

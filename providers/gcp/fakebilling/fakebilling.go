@@ -44,6 +44,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetd/fleetd/providers/internal/failscript"
 )
 
 // ComputeEngine is the service id of Compute Engine in the catalog.
@@ -73,9 +75,8 @@ type Server struct {
 	mu       sync.Mutex
 	skus     []SKU
 	nextID   int
-	errs     []rpcError
+	script   failscript.Queue[rpcError]
 	disabled bool
-	calls    int
 	last     Request
 }
 
@@ -307,26 +308,14 @@ func (s *Server) SetDisabled(off bool) {
 // (e.g. "PERMISSION_DENIED", "UNAVAILABLE"), ErrorInfo reason ("" for
 // none) and message.
 func (s *Server) Fail(n, status int, rpcStatus, reason, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		s.errs = append(s.errs, rpcError{status, rpcStatus, reason, msg})
-	}
+	s.script.Fail(n, rpcError{status, rpcStatus, reason, msg})
 }
 
 // Recover drops the failures Fail scripted and not yet served.
-func (s *Server) Recover() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errs = nil
-}
+func (s *Server) Recover() { s.script.Recover() }
 
 // Calls is how many skus.list calls were answered (failed ones included).
-func (s *Server) Calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
-}
+func (s *Server) Calls() int { return s.script.Calls() }
 
 // Last is the last skus.list call.
 func (s *Server) Last() Request {
@@ -351,11 +340,8 @@ func (s *Server) listSkus(w http.ResponseWriter, r *http.Request) {
 		req.Bearer = b
 	}
 	s.mu.Lock()
-	s.calls++
 	s.last = req
-	if len(s.errs) > 0 {
-		e := s.errs[0]
-		s.errs = s.errs[1:]
+	if e, ok := s.script.Serve(); ok {
 		s.mu.Unlock()
 		writeError(w, e)
 		return

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -219,23 +220,23 @@ func (s *Server) registerCheck(mux *http.ServeMux) {
 		}
 		s.check.regionQuotas[r] = qs
 	}
-	for _, project := range sortedKeys(DefaultImages) {
+	for _, project := range slices.Sorted(maps.Keys(DefaultImages)) {
 		for _, im := range DefaultImages[project] {
 			s.addImage(project, im)
 		}
 	}
 
 	p := "/compute/v1/projects/{project}"
-	mux.HandleFunc("GET "+p, s.getProject)
-	mux.HandleFunc("GET "+p+"/zones/{zone}", s.getZone)
-	mux.HandleFunc("GET "+p+"/regions/{region}", s.getRegion)
-	mux.HandleFunc("GET "+p+"/zones/{zone}/acceleratorTypes/{name}", s.getAcceleratorType)
-	mux.HandleFunc("GET "+p+"/global/images/{image}", s.getImage)
-	mux.HandleFunc("GET "+p+"/global/images/family/{family}", s.getImageFromFamily)
+	mux.HandleFunc("GET "+p, s.counted("projects.get", s.getProject))
+	mux.HandleFunc("GET "+p+"/zones/{zone}", s.counted("zones.get", s.getZone))
+	mux.HandleFunc("GET "+p+"/regions/{region}", s.counted("regions.get", s.getRegion))
+	mux.HandleFunc("GET "+p+"/zones/{zone}/acceleratorTypes/{name}", s.counted("acceleratorTypes.get", s.getAcceleratorType))
+	mux.HandleFunc("GET "+p+"/global/images/{image}", s.counted("images.get", s.getImage))
+	mux.HandleFunc("GET "+p+"/global/images/family/{family}", s.counted("images.getFromFamily", s.getImageFromFamily))
 	// Cloud Resource Manager v1 and IAM v1: the resource and the custom
 	// verb share one path segment ("p:testIamPermissions").
-	mux.HandleFunc("POST /v1/projects/{resource}", s.testProjectPermissions)
-	mux.HandleFunc("POST /v1/projects/{project}/serviceAccounts/{resource}", s.testServiceAccountPermissions)
+	mux.HandleFunc("POST /v1/projects/{resource}", s.countedIAM("projects.testIamPermissions", s.testProjectPermissions))
+	mux.HandleFunc("POST /v1/projects/{project}/serviceAccounts/{resource}", s.countedIAM("serviceAccounts.testIamPermissions", s.testServiceAccountPermissions))
 }
 
 // --- knobs -------------------------------------------------------------
@@ -354,9 +355,6 @@ func (s *Server) addImage(project string, im ImageSpec) {
 // --- handlers ------------------------------------------------------------
 
 func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["projects.get"]++
 	if !s.checkProject(w, r) {
 		return
 	}
@@ -371,9 +369,6 @@ func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getZone(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["zones.get"]++
 	z, ok := s.zone(w, r)
 	if !ok {
 		return
@@ -392,9 +387,6 @@ func (s *Server) getZone(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["regions.get"]++
 	if !s.checkProject(w, r) {
 		return
 	}
@@ -418,18 +410,16 @@ func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getAcceleratorType(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["acceleratorTypes.get"]++
-	if at, ok := zonalItem(s, w, r, "acceleratorTypes", "name", findIn((*zoneState).acceleratorType)); ok {
+	z, ok := s.zone(w, r)
+	if !ok {
+		return
+	}
+	if at, ok := zonalItem(s, w, r, z, "acceleratorTypes", "name", findIn((*zoneState).acceleratorType)); ok {
 		writeJSON(w, http.StatusOK, at)
 	}
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["images.get"]++
 	project, name := r.PathValue("project"), r.PathValue("image")
 	for _, im := range s.check.images[project] {
 		if im.Name == name {
@@ -443,9 +433,6 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 // getImageFromFamily answers the newest image of a family that is not
 // deprecated, as the real method does.
 func (s *Server) getImageFromFamily(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["images.getFromFamily"]++
 	project, family := r.PathValue("project"), r.PathValue("family")
 	var found *Image
 	for _, im := range s.check.images[project] {
@@ -465,14 +452,7 @@ type permissionsBody struct {
 	Permissions []string `json:"permissions,omitempty"`
 }
 
-func (s *Server) testProjectPermissions(w http.ResponseWriter, r *http.Request) {
-	project, ok := iamResource(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["projects.testIamPermissions"]++
+func (s *Server) testProjectPermissions(w http.ResponseWriter, r *http.Request, project string) {
 	if s.check.rmDisabled {
 		writeRPCError(w, http.StatusForbidden, "PERMISSION_DENIED", "SERVICE_DISABLED", fmt.Sprintf(
 			"Cloud Resource Manager API has not been used in project %d before or it is disabled. Enable it by visiting https://console.developers.google.com/apis/api/cloudresourcemanager.googleapis.com/overview?project=%d then retry. If you enabled this API recently, wait a few minutes for the action to propagate to our systems and retry.",
@@ -488,15 +468,32 @@ func (s *Server) testProjectPermissions(w http.ResponseWriter, r *http.Request) 
 	s.answerPermissions(w, r, s.check.denied)
 }
 
-func (s *Server) testServiceAccountPermissions(w http.ResponseWriter, r *http.Request) {
-	email, ok := iamResource(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.check.requests["serviceAccounts.testIamPermissions"]++
+func (s *Server) testServiceAccountPermissions(w http.ResponseWriter, r *http.Request, email string) {
 	s.answerPermissions(w, r, s.check.saDenied[email])
+}
+
+// counted serves a preflight method under s.mu, counting it for
+// CheckRequests.
+func (s *Server) counted(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.check.requests[method]++
+		h(w, r)
+	}
+}
+
+// countedIAM is counted for a testIamPermissions method, whose path
+// names the resource (iamResource); a path that does not is a 404 and is
+// not counted.
+func (s *Server) countedIAM(method string, h func(w http.ResponseWriter, r *http.Request, resource string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		res, ok := iamResource(w, r)
+		if !ok {
+			return
+		}
+		s.counted(method, func(w http.ResponseWriter, r *http.Request) { h(w, r, res) })(w, r)
+	}
 }
 
 // iamResource is the resource of a "{resource}:testIamPermissions" path (the

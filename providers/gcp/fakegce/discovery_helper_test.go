@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -384,7 +385,7 @@ func (c *checker) value(at string, v any, s *dschema, problems *[]string) {
 		if s.Properties == nil && s.AdditionalProperties == nil {
 			return // a free-form object
 		}
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if p, ok := s.Properties[k]; ok {
 				c.value(at+"."+k, obj[k], p, problems)
 				continue
@@ -704,7 +705,7 @@ func checkAllTraffic(coverage bool) []string {
 		}
 	}
 	if coverage {
-		for _, pattern := range sortedKeys(served) {
+		for _, pattern := range slices.Sorted(maps.Keys(served)) {
 			if !succeeded[pattern] {
 				note(fmt.Sprintf("route %q (%s) never answered a success in this package's tests, so its response schema went unchecked: exercise it",
 					pattern, served[pattern][0].ID))

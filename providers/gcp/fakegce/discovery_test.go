@@ -128,19 +128,24 @@ func TestMethodFor(t *testing.T) {
 	}
 }
 
+// servedBy is what a.servedRoutes makes of a mux with these route
+// patterns.
+func servedBy(a *apiSet, patterns ...string) map[string][]*dmethod {
+	mux := http.NewServeMux()
+	for _, p := range patterns {
+		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
+	}
+	return a.servedRoutes(mux)
+}
+
 func TestServedRoutes(t *testing.T) {
 	a := apis(t)
-	mux := http.NewServeMux()
-	nop := func(http.ResponseWriter, *http.Request) {}
-	for _, p := range []string{
+	served := servedBy(a,
 		"GET /compute/v1/projects/{project}/zones/{zone}/instances/{name}",
 		"POST /v1/projects/{resource}",
 		"GET /compute/v1/projects/{project}/invented",
 		"/",
-	} {
-		mux.HandleFunc(p, nop)
-	}
-	served := a.servedRoutes(mux)
+	)
 	cases := []struct {
 		pattern string
 		want    string // a method the route serves; "" for none
@@ -163,18 +168,13 @@ func TestServedRoutes(t *testing.T) {
 
 func TestCheckExchange(t *testing.T) {
 	a := apis(t)
-	mux := http.NewServeMux()
-	nop := func(http.ResponseWriter, *http.Request) {}
-	for _, p := range []string{
+	served := servedBy(a,
 		"GET /compute/v1/projects/{project}/zones/{zone}/operations/{op}",
 		"DELETE /compute/v1/projects/{project}/zones/{zone}/operations/{op}",
 		"POST /v1/projects/{resource}",
 		"GET /compute/v1/projects/{project}/invented",
 		"/",
-	} {
-		mux.HandleFunc(p, nop)
-	}
-	served := a.servedRoutes(mux)
+	)
 	const (
 		op       = "/compute/v1/projects/p/zones/z/operations/operation-1"
 		opRoute  = "GET /compute/v1/projects/{project}/zones/{zone}/operations/{op}"

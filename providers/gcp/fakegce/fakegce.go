@@ -13,17 +13,18 @@
 package fakegce
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,17 +177,17 @@ func New(opts Options) *Server {
 	}
 	mux := http.NewServeMux()
 	p := "/compute/v1/projects/{project}/"
-	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes", s.listMachineTypes)
-	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes/{name}", s.getMachineType)
-	mux.HandleFunc("GET "+p+"zones/{zone}/acceleratorTypes", s.listAcceleratorTypes)
-	mux.HandleFunc("POST "+p+"zones/{zone}/instances", s.insertInstance)
-	mux.HandleFunc("GET "+p+"zones/{zone}/instances", s.listInstances)
-	mux.HandleFunc("GET "+p+"zones/{zone}/instances/{name}", s.getInstance)
-	mux.HandleFunc("DELETE "+p+"zones/{zone}/instances/{name}", s.deleteInstance)
+	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes", s.zonal(s.listMachineTypes))
+	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes/{name}", s.zonal(s.getMachineType))
+	mux.HandleFunc("GET "+p+"zones/{zone}/acceleratorTypes", s.zonal(s.listAcceleratorTypes))
+	mux.HandleFunc("POST "+p+"zones/{zone}/instances", readFirst(4<<20, s.zonal(s.insertInstance)))
+	mux.HandleFunc("GET "+p+"zones/{zone}/instances", s.zonal(s.listInstances))
+	mux.HandleFunc("GET "+p+"zones/{zone}/instances/{name}", s.zonal(s.getInstance))
+	mux.HandleFunc("DELETE "+p+"zones/{zone}/instances/{name}", s.zonal(s.deleteInstance))
 	mux.HandleFunc("GET "+p+"aggregated/instances", s.aggregatedInstances)
-	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listOperations)
-	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation)
-	mux.HandleFunc("POST "+p+"zones/{zone}/operations/{op}/wait", s.waitOperation)
+	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.zonal(s.listOperations))
+	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.zonal(s.getOperation))
+	mux.HandleFunc("POST "+p+"zones/{zone}/operations/{op}/wait", s.zonal(s.waitOperation))
 	s.registerCheck(mux)
 	s.registerNetwork(mux, p)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -363,7 +364,7 @@ func (s *Server) Instances() []Instance {
 	var out []Instance
 	for _, zn := range s.zoneOrder {
 		z := s.zones[zn]
-		for _, name := range sortedKeys(z.instances) {
+		for _, name := range slices.Sorted(maps.Keys(z.instances)) {
 			out = append(out, cloneInstance(z.instances[name]))
 		}
 	}
@@ -408,6 +409,17 @@ func (s *Server) zone(w http.ResponseWriter, r *http.Request) (*zoneState, bool)
 	return z, true
 }
 
+// zonal serves h under s.mu once the request's project and zone resolve.
+func (s *Server) zonal(h func(w http.ResponseWriter, r *http.Request, z *zoneState)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if z, ok := s.zone(w, r); ok {
+			h(w, r, z)
+		}
+	}
+}
+
 func (s *Server) checkProject(w http.ResponseWriter, r *http.Request) bool {
 	if p := r.PathValue("project"); p != s.project {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s' was not found", p))
@@ -416,34 +428,25 @@ func (s *Server) checkProject(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (s *Server) listMachineTypes(w http.ResponseWriter, r *http.Request) {
-	listZonal(s, w, r, "compute#machineTypeList", "machineTypes", func(z *zoneState) []MachineType { return z.mts })
+func (s *Server) listMachineTypes(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	listZonal(s, w, r, z, "compute#machineTypeList", "machineTypes", z.mts)
 }
 
-func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if mt, ok := zonalItem(s, w, r, "machineTypes", "name", findIn((*zoneState).machineType)); ok {
+func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	if mt, ok := zonalItem(s, w, r, z, "machineTypes", "name", findIn((*zoneState).machineType)); ok {
 		writeJSON(w, http.StatusOK, mt)
 	}
 }
 
-// zonalItem finds the item the path's param names in the request's zone,
-// answering GCE's 404 when the zone or the item is missing. The caller
-// holds s.mu.
-func zonalItem[V any](s *Server, w http.ResponseWriter, r *http.Request, collection, param string, find func(z *zoneState, name string) (V, bool)) (V, bool) {
-	var zero V
-	z, ok := s.zone(w, r)
-	if !ok {
-		return zero, false
-	}
+// zonalItem finds the item the path's param names in zone z, answering
+// GCE's 404 when it is missing. The caller holds s.mu.
+func zonalItem[V any](s *Server, w http.ResponseWriter, r *http.Request, z *zoneState, collection, param string, find func(z *zoneState, name string) (V, bool)) (V, bool) {
 	name := r.PathValue(param)
 	v, ok := find(z, name)
 	if !ok {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/%s/%s' was not found", s.project, z.name, collection, name))
-		return zero, false
 	}
-	return v, true
+	return v, ok
 }
 
 // findIn adapts a lookup that answers nil for a missing item to zonalItem.
@@ -462,20 +465,12 @@ func inMap[V any](m func(*zoneState) map[string]V) func(*zoneState, string) (V, 
 	}
 }
 
-func (s *Server) listAcceleratorTypes(w http.ResponseWriter, r *http.Request) {
-	listZonal(s, w, r, "compute#acceleratorTypeList", "acceleratorTypes", func(z *zoneState) []AcceleratorType { return z.accels })
+func (s *Server) listAcceleratorTypes(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	listZonal(s, w, r, z, "compute#acceleratorTypeList", "acceleratorTypes", z.accels)
 }
 
-// listZonal answers a zonal catalog list (machine or accelerator types):
-// the zone's items, filtered and paged.
-func listZonal[V any](s *Server, w http.ResponseWriter, r *http.Request, kind, collection string, all func(*zoneState) []V) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
-	vs := all(z)
+// listZonal answers a zonal list: the zone's items vs, filtered and paged.
+func listZonal[V any](s *Server, w http.ResponseWriter, r *http.Request, z *zoneState, kind, collection string, vs []V) {
 	items, ok := filterItems(w, r, len(vs), func(i int) any { return vs[i] })
 	if !ok {
 		return
@@ -483,20 +478,25 @@ func listZonal[V any](s *Server, w http.ResponseWriter, r *http.Request, kind, c
 	s.writeList(w, r, kind, "projects/"+s.project+"/zones/"+z.name+"/"+collection, s.zoneLink(z.name)+"/"+collection, items)
 }
 
-// readBody reads a request body of at most limit bytes, answering GCE's
-// parseError when it cannot.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
-		return nil, false
+// readFirst reads a request body of at most limit bytes before h runs
+// (and takes s.mu), answering GCE's parseError when it cannot; h reads the
+// body with decodeBody.
+func readFirst(limit int64, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "parseError", "Could not read the request body.")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h(w, r)
 	}
-	return body, true
 }
 
-// decodeBody unmarshals a request body into v, answering GCE's parseError
-// when it is not JSON.
-func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
+// decodeBody unmarshals the body readFirst read into v, answering GCE's
+// parseError when it is not JSON.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, _ := io.ReadAll(r.Body) // in memory: readFirst read it
 	if err := json.Unmarshal(body, v); err != nil {
 		writeError(w, http.StatusBadRequest, "parseError", "Invalid JSON payload received. "+err.Error())
 		return false
@@ -512,17 +512,7 @@ var (
 	maxMeta = 512 * 1024
 )
 
-func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r, 4<<20)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request, z *zoneState) {
 	s.stats.InsertCalls++
 
 	reqID := r.URL.Query().Get("requestId")
@@ -540,7 +530,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var in Instance
-	if !decodeBody(w, body, &in) {
+	if !decodeBody(w, r, &in) {
 		return
 	}
 	msg := s.validate(z, &in)
@@ -803,21 +793,13 @@ func (s *Server) absLink(l string) string {
 	return APIBase + "projects/" + s.project + "/" + l
 }
 
-func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if in, ok := zonalItem(s, w, r, "instances", "name", inMap(func(z *zoneState) map[string]*Instance { return z.instances })); ok {
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	if in, ok := zonalItem(s, w, r, z, "instances", "name", inMap(func(z *zoneState) map[string]*Instance { return z.instances })); ok {
 		writeJSON(w, http.StatusOK, in)
 	}
 }
 
-func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request, z *zoneState) {
 	s.stats.DeleteCalls++
 	name := r.PathValue("name")
 	in, ok := z.instances[name]
@@ -840,19 +822,12 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o.op)
 }
 
-func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	var ins []*Instance
+	for _, name := range slices.Sorted(maps.Keys(z.instances)) {
+		ins = append(ins, z.instances[name])
 	}
-	names := sortedKeys(z.instances)
-	items, ok := filterItems(w, r, len(names), func(i int) any { return z.instances[names[i]] })
-	if !ok {
-		return
-	}
-	s.writeList(w, r, "compute#instanceList", "projects/"+s.project+"/zones/"+z.name+"/instances", s.zoneLink(z.name)+"/instances", items)
+	listZonal(s, w, r, z, "compute#instanceList", "instances", ins)
 }
 
 func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
@@ -873,7 +848,7 @@ func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
 	var hits []hit
 	for _, zn := range s.zoneOrder {
 		z := s.zones[zn]
-		for _, name := range sortedKeys(z.instances) {
+		for _, name := range slices.Sorted(maps.Keys(z.instances)) {
 			if f.match(toDoc(z.instances[name])) {
 				hits = append(hits, hit{zn, z.instances[name]})
 			}
@@ -905,31 +880,27 @@ func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	z, ok := s.zone(w, r)
-	if !ok {
-		return
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	ops := make([]Operation, len(z.ops))
+	for i, o := range z.ops {
+		ops[i] = o.op
 	}
-	items, ok := filterItems(w, r, len(z.ops), func(i int) any { return z.ops[i].op })
-	if !ok {
-		return
-	}
-	s.writeList(w, r, "compute#operationList", "projects/"+s.project+"/zones/"+z.name+"/operations", s.zoneLink(z.name)+"/operations", items)
+	listZonal(s, w, r, z, "compute#operationList", "operations", ops)
 }
 
-func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) { s.pollOperation(w, r) }
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	s.pollOperation(w, r, z)
+}
 
 // waitOperation is operations.wait. The real one blocks up to two minutes
 // for DONE; the fake counts it as one poll and answers at once, so a
 // client must loop on a not-yet-DONE answer exactly as it must in reality.
-func (s *Server) waitOperation(w http.ResponseWriter, r *http.Request) { s.pollOperation(w, r) }
+func (s *Server) waitOperation(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	s.pollOperation(w, r, z)
+}
 
-func (s *Server) pollOperation(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := zonalItem(s, w, r, "operations", "op", inMap(func(z *zoneState) map[string]*opRec { return z.opsByName }))
+func (s *Server) pollOperation(w http.ResponseWriter, r *http.Request, z *zoneState) {
+	o, ok := zonalItem(s, w, r, z, "operations", "op", inMap(func(z *zoneState) map[string]*opRec { return z.opsByName }))
 	if !ok {
 		return
 	}
@@ -1080,15 +1051,6 @@ func lastSegment(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func cloneInstance(in *Instance) Instance {

@@ -12,7 +12,6 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
 	"google.golang.org/api/googleapi"
-	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 )
@@ -96,11 +95,7 @@ func TestMachineAndAcceleratorTypes(t *testing.T) {
 	it := c.mts.List(ctx, &computepb.ListMachineTypesRequest{Project: f.Project(), Zone: "us-central1-a",
 		Filter: proto.String(`(name = "a3-highgpu-8g") OR (name = "n1-standard-8")`)})
 	got := map[string]*computepb.MachineType{}
-	for {
-		mt, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for mt, err := range it.All() {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,11 +259,7 @@ func TestAggregatedListAndPreemptions(t *testing.T) {
 	it := c.in.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{Project: p, Filter: proto.String(`(labels.fleetd-fleet = "a") (status = RUNNING)`), MaxResults: proto.Uint32(2)})
 	var names []string
 	pages := 0
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for pair, err := range it.All() {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,11 +281,7 @@ func TestAggregatedListAndPreemptions(t *testing.T) {
 	}
 	oit := c.ops.List(ctx, &computepb.ListZoneOperationsRequest{Project: p, Zone: "us-central1-a", Filter: proto.String(`operationType="compute.instances.preempted"`)})
 	var ops []*computepb.Operation
-	for {
-		op, err := oit.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
+	for op, err := range oit.All() {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -236,46 +236,39 @@ func (p *filterParser) keyword(word string) bool {
 }
 
 func (p *filterParser) or() (filter, error) {
-	first, err := p.and()
-	if err != nil {
-		return nil, err
-	}
-	fs := orFilter{first}
-	for p.keyword("OR") {
-		f, err := p.and()
-		if err != nil {
-			return nil, err
-		}
-		fs = append(fs, f)
-	}
-	if len(fs) == 1 {
-		return first, nil
-	}
-	return fs, nil
+	return p.chain(p.and, func() bool { return p.keyword("OR") }, func(fs []filter) filter { return orFilter(fs) })
 }
 
 func (p *filterParser) and() (filter, error) {
-	first, err := p.unary()
-	if err != nil {
-		return nil, err
-	}
-	fs := andFilter{first}
-	for {
+	more := func() bool {
 		t, ok := p.peek()
 		if !ok || t.text == ")" || (!t.quoted && t.text == "OR") {
-			break
+			return false
 		}
 		p.keyword("AND") // explicit or implicit
-		f, err := p.unary()
+		return true
+	}
+	return p.chain(p.unary, more, func(fs []filter) filter { return andFilter(fs) })
+}
+
+// chain parses one term, then another for as long as more says one
+// follows, and joins them; a lone term stands for itself.
+func (p *filterParser) chain(term func() (filter, error), more func() bool, join func([]filter) filter) (filter, error) {
+	var fs []filter
+	for {
+		f, err := term()
 		if err != nil {
 			return nil, err
 		}
 		fs = append(fs, f)
+		if !more() {
+			break
+		}
 	}
 	if len(fs) == 1 {
-		return first, nil
+		return fs[0], nil
 	}
-	return fs, nil
+	return join(fs), nil
 }
 
 func (p *filterParser) unary() (filter, error) {

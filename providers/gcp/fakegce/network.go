@@ -36,12 +36,12 @@ type GroupPlacementPolicy struct {
 }
 
 func (s *Server) registerNetwork(mux *http.ServeMux, p string) {
-	mux.HandleFunc("POST "+p+"regions/{region}/resourcePolicies", s.insertPolicy)
-	mux.HandleFunc("GET "+p+"regions/{region}/resourcePolicies/{name}", s.getPolicy)
-	mux.HandleFunc("DELETE "+p+"regions/{region}/resourcePolicies/{name}", s.deletePolicy)
-	mux.HandleFunc("GET "+p+"regions/{region}/operations/{op}", s.getRegionOp)
-	mux.HandleFunc("GET "+p+"regions/{region}/subnetworks/{name}", s.getSubnetwork)
-	mux.HandleFunc("POST "+p+"regions/{region}/operations/{op}/wait", s.getRegionOp)
+	mux.HandleFunc("POST "+p+"regions/{region}/resourcePolicies", readFirst(1<<20, s.regional(s.insertPolicy)))
+	mux.HandleFunc("GET "+p+"regions/{region}/resourcePolicies/{name}", s.regional(s.getPolicy))
+	mux.HandleFunc("DELETE "+p+"regions/{region}/resourcePolicies/{name}", s.regional(s.deletePolicy))
+	mux.HandleFunc("GET "+p+"regions/{region}/operations/{op}", s.regional(s.getRegionOp))
+	mux.HandleFunc("GET "+p+"regions/{region}/subnetworks/{name}", s.regional(s.getSubnetwork))
+	mux.HandleFunc("POST "+p+"regions/{region}/operations/{op}/wait", s.regional(s.getRegionOp))
 }
 
 // Policies returns every resource policy, by region/name.
@@ -81,8 +81,20 @@ func (s *Server) AddSubnetwork(region, name string) {
 		Region: s.regionLink(region), SelfLink: s.regionLink(region) + "/subnetworks/" + name}
 }
 
-func (s *Server) getSubnetwork(w http.ResponseWriter, r *http.Request) {
-	getRegional(s, w, r, func() map[string]*Subnetwork { return s.subnets }, "subnetworks", "name")
+func (s *Server) getSubnetwork(w http.ResponseWriter, r *http.Request, region string) {
+	getRegional(s, w, r, region, s.subnets, "subnetworks", "name")
+}
+
+// regional serves h under s.mu once the request's project and region
+// resolve.
+func (s *Server) regional(h func(w http.ResponseWriter, r *http.Request, region string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if region, ok := s.regionOK(w, r); ok {
+			h(w, r, region)
+		}
+	}
 }
 
 func (s *Server) regionOK(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -103,19 +115,9 @@ func (s *Server) regionLink(region string) string {
 	return APIBase + "projects/" + s.project + "/regions/" + region
 }
 
-func (s *Server) insertPolicy(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r, 1<<20)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	region, ok := s.regionOK(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) insertPolicy(w http.ResponseWriter, r *http.Request, region string) {
 	var rp ResourcePolicy
-	if !decodeBody(w, body, &rp) {
+	if !decodeBody(w, r, &rp) {
 		return
 	}
 	switch {
@@ -157,44 +159,37 @@ func (s *Server) newRegionOp(region, typ, target string, targetID uint64) Operat
 	return op
 }
 
-// getRegional answers a GET of a regional resource kept in m under
-// region/NAME, NAME being the path value key.
-func getRegional[V any](s *Server, w http.ResponseWriter, r *http.Request, m func() map[string]V, kind, key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	region, ok := s.regionOK(w, r)
-	if !ok {
-		return
-	}
-	v, ok := m()[region+"/"+r.PathValue(key)]
+// regionalItem finds the resource kept in m under region/NAME, NAME
+// being the path value key, answering GCE's 404 when it is missing.
+func regionalItem[V any](s *Server, w http.ResponseWriter, r *http.Request, region string, m map[string]V, kind, key string) (V, bool) {
+	v, ok := m[region+"/"+r.PathValue(key)]
 	if !ok {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/%s/%s' was not found", s.project, region, kind, r.PathValue(key)))
-		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	return v, ok
 }
 
-func (s *Server) getRegionOp(w http.ResponseWriter, r *http.Request) {
-	getRegional(s, w, r, func() map[string]*Operation { return s.regionOps }, "operations", "op")
+// getRegional answers a GET of a regional resource (regionalItem).
+func getRegional[V any](s *Server, w http.ResponseWriter, r *http.Request, region string, m map[string]V, kind, key string) {
+	if v, ok := regionalItem(s, w, r, region, m, kind, key); ok {
+		writeJSON(w, http.StatusOK, v)
+	}
 }
 
-func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	getRegional(s, w, r, func() map[string]*ResourcePolicy { return s.policies }, "resourcePolicies", "name")
+func (s *Server) getRegionOp(w http.ResponseWriter, r *http.Request, region string) {
+	getRegional(s, w, r, region, s.regionOps, "operations", "op")
 }
 
-func (s *Server) deletePolicy(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	region, ok := s.regionOK(w, r)
+func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, region string) {
+	getRegional(s, w, r, region, s.policies, "resourcePolicies", "name")
+}
+
+func (s *Server) deletePolicy(w http.ResponseWriter, r *http.Request, region string) {
+	rp, ok := regionalItem(s, w, r, region, s.policies, "resourcePolicies", "name")
 	if !ok {
 		return
 	}
 	name := r.PathValue("name")
-	rp, ok := s.policies[region+"/"+name]
-	if !ok {
-		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/resourcePolicies/%s' was not found", s.project, region, name))
-		return
-	}
 	for _, zn := range s.zoneOrder {
 		for _, in := range s.zones[zn].instances {
 			if slices.Contains(in.ResourcePolicies, rp.SelfLink) && in.Status != "TERMINATED" {
