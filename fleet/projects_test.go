@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,10 +165,24 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 		return rank0 != ""
 	})
 
+	// The pool holds 4 GPUs: bravo's nodes wait until alpha's reclaimed
+	// ones are gone (they drain for up to drain_grace), so the provider
+	// never holds more than 4 instances.
+	peak := watchPeak(t, mem.Live)
 	apply("bravo", "b", 2, 2)
+	waiting := ""
 	waitFor(t, "alpha reclaimed to 2 and bravo at 2", 30*time.Second, func() bool {
+		if s, err := td.client.Fleet(ctx, "bravo"); err == nil && s.Allocation != nil && s.Allocation.Waiting != "" {
+			waiting = s.Allocation.Waiting
+		}
 		return liveCount(td.nodes(t, "alpha")) == 2 && td.running(t, "alpha", ja) == 2 && td.running(t, "bravo", jb) == 2
 	})
+	if n := peak(); n > 4 {
+		t.Errorf("the provider held %d instances during the reclaim, above the pool's 4 GPUs", n)
+	}
+	if !strings.Contains(waiting, "alpha") {
+		t.Errorf("bravo's allocation never said it waits for alpha's draining nodes (last: %q)", waiting)
+	}
 	for _, n := range td.nodes(t, "alpha") {
 		if n.ID == rank0 && !reconcile.Live(n.State) {
 			t.Fatalf("alpha's rank-0 node %s was drained (%s)", rank0, n.State)
@@ -257,6 +272,35 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 	}
 	waitFor(t, "alpha back at 4", 30*time.Second, func() bool { return td.running(t, "alpha", ja) == 4 })
 	waitFor(t, "alpha's growth counted", 10*time.Second, func() bool { return readRuntime(t, td, "alpha").Alloc.Resizes > resized })
+}
+
+// watchPeak samples count every few milliseconds until the returned
+// function is called, which gives the largest value seen.
+func watchPeak(t *testing.T, count func() int) func() int {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		peak := count()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- max(peak, count())
+				return
+			case <-tick.C:
+				peak = max(peak, count())
+			}
+		}
+	}()
+	var once sync.Once
+	var got int
+	stopAndGet := func() int {
+		once.Do(func() { close(stop); got = <-done })
+		return got
+	}
+	t.Cleanup(func() { stopAndGet() })
+	return stopAndGet
 }
 
 // memDaemon is a test daemon on the in-memory provider without projects

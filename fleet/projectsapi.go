@@ -285,5 +285,7 @@ func (d *fleetViews) allocationOf(name string) *api.AllocationInfo {
 			}
 		}
 	}
-	return api.AllocationFrom(*v.Allocation, pos)
+	info := api.AllocationFrom(*v.Allocation, pos)
+	info.Waiting = v.Waiting
+	return info
 }

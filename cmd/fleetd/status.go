@@ -118,7 +118,11 @@ func allocationLine(a *api.AllocationInfo) string {
 	if a.QueuePosition > 0 {
 		s = fmt.Sprintf("queued #%d (%s)", a.QueuePosition, a.Kind)
 	}
-	return s + ": " + a.Reason
+	s += ": " + a.Reason
+	if a.Waiting != "" {
+		s += "; " + a.Waiting
+	}
+	return s
 }
 
 func usd(v float64) string { return fmt.Sprintf("$%.2f", v) }

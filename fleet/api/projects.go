@@ -23,6 +23,9 @@ type AllocationInfo struct {
 	// QueuePosition is the fleet's place in the queue (1-based) while it
 	// waits; 0 otherwise.
 	QueuePosition int `json:"queue_position,omitempty"`
+	// Waiting says which of its allotted nodes wait until draining nodes
+	// (a reclaimed borrower's) free their GPUs; "" when none waits.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // BudgetInfo is a budget and where its spend stands.

@@ -91,6 +91,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		})}
 	var rst rendezvous.Status
 	rz := c.rz()
+	occ := map[string]occupancy{}
 	for _, f := range fleets {
 		fl, ok := specs[f.Name]
 		if !ok {
@@ -114,8 +115,11 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 				}
 			}
 		}
-		var priced int
+		var priced, draining int
 		for _, n := range nodes {
+			if n.State == state.NodeDraining || n.State == state.NodeTerminating {
+				draining++ // its instance still runs (and holds its GPUs)
+			}
 			if !reconcile.Live(n.State) {
 				continue
 			}
@@ -154,6 +158,8 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 			af.Priority = p.Priority
 		}
 		in.Fleets = append(in.Fleets, af)
+		occ[f.Name] = occupancy{project: af.Project, gpusPerNode: af.GPUsPerNode, live: af.Current, draining: draining,
+			priority: af.Priority, arrivalUnixNanos: af.Arrival.UnixNano()}
 	}
 	dec := allocator.Decide(in)
 	p.setDecision(&dec)
@@ -164,8 +170,13 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 			p.forget(f.Name)
 		}
 	}
+	holds := drainHolds(dec, in, occ)
 	for _, a := range dec.Fleets {
-		if why, stopping := p.admit(ctx, a, now); stopping && a.From == 0 {
+		var h *drainHold
+		if x, ok := holds[a.Fleet]; ok {
+			h = &x
+		}
+		if why, stopping := p.admit(ctx, a, h, now); stopping && a.From == 0 {
 			p.stop(ctx, a.Fleet, why, now)
 		}
 	}
@@ -221,8 +232,9 @@ func (p *pool) stop(ctx context.Context, fleet, why string, now time.Time) {
 
 // admit records a fleet's allocation in its runtime: what the allocator
 // must remember (admitted, paused, stopping) and what its pass caps its
-// size by. It reports whether the fleet is stopping, and why.
-func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time) (string, bool) {
+// size by, and its hold while draining nodes hold its GPUs (nil: none).
+// It reports whether the fleet is stopping, and why.
+func (p *pool) admit(ctx context.Context, a allocator.Allocation, hold *drainHold, now time.Time) (string, bool) {
 	c := p.c
 	e := c.entry(a.Fleet)
 	e.pass.Lock()
@@ -280,7 +292,7 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 	}
 	rt.mu.Lock()
 	al := a
-	rt.alloc = &al
+	rt.alloc, rt.hold = &al, hold
 	rt.mu.Unlock()
 	return sa.StopReason, sa.Stopping
 }
@@ -291,7 +303,7 @@ func (p *pool) admit(ctx context.Context, a allocator.Allocation, now time.Time)
 // fleet at zero nodes through the normal drain path.
 func capAllocation(rt *Runtime, in *reconcile.Input) {
 	rt.mu.Lock()
-	a := rt.alloc
+	a, hold := rt.alloc, rt.hold
 	rt.mu.Unlock()
 	if a == nil || a.Kind == "unlimited" || a.Kind == "no-project" {
 		return
@@ -300,7 +312,19 @@ func capAllocation(rt *Runtime, in *reconcile.Input) {
 	if a.Action != allocator.Run {
 		to = 0
 	}
-	in.Allot = &reconcile.Allot{Nodes: to, Drain: a.Remove, Reason: string(a.Action) + ": " + a.Reason}
+	reason := string(a.Action) + ": " + a.Reason
+	if hold != nil && hold.Nodes < to {
+		// Never below its live nodes: a hold delays launches, it drains
+		// nothing.
+		live := 0
+		for _, n := range in.Nodes {
+			if reconcile.Live(n.State) {
+				live++
+			}
+		}
+		to, reason = max(hold.Nodes, live), reason+"; "+hold.Why
+	}
+	in.Allot = &reconcile.Allot{Nodes: to, Drain: a.Remove, Reason: reason}
 	if rt.Alloc.ChangedAt.After(in.TargetAt) {
 		in.TargetAt = rt.Alloc.ChangedAt
 	}
@@ -313,7 +337,7 @@ func (p *pool) forget(fleet string) {
 	defer c.mu.Unlock()
 	if e := c.fleets[fleet]; e != nil && e.rt != nil {
 		e.rt.mu.Lock()
-		e.rt.alloc = nil
+		e.rt.alloc, e.rt.hold = nil, nil
 		e.rt.mu.Unlock()
 	}
 }
@@ -330,7 +354,7 @@ func (p *pool) setDecision(d *allocator.Decision) {
 		for _, e := range c.fleets {
 			if e.rt != nil {
 				e.rt.mu.Lock()
-				e.rt.alloc = nil
+				e.rt.alloc, e.rt.hold = nil, nil
 				e.rt.mu.Unlock()
 			}
 		}

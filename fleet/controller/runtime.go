@@ -65,6 +65,9 @@ type Runtime struct {
 	// alloc is the fleet's allocation of the last decision; nil when
 	// none applies (allocate.go).
 	alloc *allocator.Allocation
+	// hold caps its launches while GPUs allotted to it still run on
+	// draining nodes (drainhold.go); nil: none.
+	hold *drainHold
 }
 
 // flushEvery bounds how often a pass writes what only accumulates: the
@@ -241,6 +244,9 @@ type View struct {
 	// Allocation is the allocator's last decision for the fleet, with
 	// its reason; nil without projects or budgets.
 	Allocation *allocator.Allocation
+	// Waiting says which of its allotted nodes wait for draining nodes
+	// to free their GPUs; "" when none waits.
+	Waiting string
 }
 
 // View returns a fleet's view; false when the fleet has no runtime in
@@ -252,5 +258,5 @@ func (c *Controller) View(name string) (View, bool) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return View{Alerts: append([]reconcile.Alert(nil), rt.alerts...), Scale: rt.scale, Plan: rt.plan, Notices: len(rt.notices), Allocation: rt.alloc}, true
+	return View{Alerts: append([]reconcile.Alert(nil), rt.alerts...), Scale: rt.scale, Plan: rt.plan, Notices: len(rt.notices), Allocation: rt.alloc, Waiting: rt.hold.why()}, true
 }
