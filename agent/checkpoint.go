@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fleetd/fleetd/agent/ckpt"
 	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/rendezvous"
 )
 
 // CheckpointConfig is training.checkpoint as the daemon sends it.
@@ -244,12 +246,11 @@ func (c *checkpoints) report(ctx context.Context, e *elastic) {
 			return
 		case <-time.After(e.heartbeatEvery()):
 		}
-		st, ver := c.m.Status()
-		evs, last := c.pending()
-		if ver == sent && len(evs) == 0 && time.Since(sentAt) < 30*time.Second {
+		_, ver := c.m.Status()
+		if evs, _ := c.pending(); ver == sent && len(evs) == 0 && time.Since(sentAt) < 30*time.Second {
 			continue
 		}
-		err := e.dc.post(ctx, "checkpoint/report", checkpointReport{Status: st, Events: evs}, nil)
+		ver, err := c.send(ctx, e.dc)
 		if err != nil {
 			if ctx.Err() == nil && prog.ok() {
 				e.a.log.Warn("reporting checkpoint status failed; retrying", "err", err)
@@ -257,8 +258,19 @@ func (c *checkpoints) report(ctx context.Context, e *elastic) {
 			continue
 		}
 		sent, sentAt = ver, time.Now()
-		c.delivered(last)
 	}
+}
+
+// send reports the manager's status with the queued events once and
+// drops the events the daemon took; it returns the status version sent.
+func (c *checkpoints) send(ctx context.Context, dc *daemonClient) (int64, error) {
+	st, ver := c.m.Status()
+	evs, last := c.pending()
+	if err := dc.post(ctx, "checkpoint/report", checkpointReport{Status: st, Events: evs}, nil); err != nil {
+		return 0, err
+	}
+	c.delivered(last)
+	return ver, nil
 }
 
 // DefaultCheckpointFlush bounds the upload of the job's last checkpoint
@@ -278,3 +290,65 @@ func (e *elastic) flushCheckpoints(ctx context.Context) {
 		e.a.log.Error("uploading the final checkpoint failed", "err", err)
 	}
 }
+
+// drainReportBound bounds reporting a drain's end when the exclusion
+// carried no deadline.
+const drainReportBound = 5 * time.Minute
+
+// reportDrained tells the daemon that this excluded node is done: its
+// workers have stopped, so its newest checkpoint is stored (and reported)
+// first, then the daemon may delete the node at once instead of at the
+// drain deadline: a paused or shrunk fleet stops paying for it. It runs
+// beside the event loop, bounded by the notice's deadline (past which
+// the node is deleted anyway); a daemon without the call (404) is left
+// to its deadline.
+func (e *elastic) reportDrained(ctx context.Context, v rendezvous.View) {
+	deadline := time.Now().Add(drainReportBound)
+	if nd := e.a.noticeDeadline(); !nd.IsZero() {
+		deadline = nd
+	} else if !v.NoticeDeadline.IsZero() {
+		deadline = v.NoticeDeadline
+	}
+	req := agentwire.DrainedRequest{Reason: v.Reason, CheckpointStep: -1}
+	if e.ws != nil {
+		if step, n := e.ws.checkpointed(); n > 0 {
+			req.CheckpointStep = step
+		}
+	}
+	ck, dc, log, b := e.ckpt, e.dc, e.a.log, e.b
+	go func() {
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		if ck != nil {
+			start := time.Now()
+			if err := ck.m.Sync(ctx); err != nil {
+				req.FlushError = err.Error()
+				log.Error("storing the newest checkpoint before leaving failed", "err", err)
+			} else if _, err := ck.send(ctx, dc); err != nil {
+				log.Warn("reporting the checkpoint status before leaving failed", "err", err)
+			}
+			log.Info("checkpoints stored before leaving", "took", time.Since(start).Round(time.Millisecond).String())
+		}
+		prog := every{d: progressEvery}
+		err := retry(ctx, b, func(ctx context.Context) error {
+			err := dc.drained(ctx, req)
+			if se := (*statusError)(nil); errors.As(err, &se) && se.Code == http.StatusNotFound {
+				return fmt.Errorf("%w (a daemon older than this agent)", errNoDrainedCall)
+			}
+			return err
+		}, func(attempt int, err error) {
+			if prog.ok() {
+				log.Warn("reporting the drain's end failed; retrying", "attempt", attempt, "err", err)
+			}
+		})
+		if err != nil {
+			log.Warn("the daemon did not take the drain's end; it deletes the node at the drain deadline", "err", err)
+			return
+		}
+		log.Info("drained: the daemon may delete this node now", "checkpoint_step", req.CheckpointStep)
+	}()
+}
+
+// errNoDrainedCall: the daemon does not serve the drained call; retrying
+// cannot help.
+var errNoDrainedCall = errors.New("the daemon has no drained call")

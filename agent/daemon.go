@@ -62,6 +62,9 @@ func (e *statusError) Error() string {
 // (connection errors, 5xx, 404 while a restarted daemon loads its state)
 // is worth another attempt.
 func permanent(err error) bool {
+	if errors.Is(err, errNoDrainedCall) {
+		return true
+	}
 	var se *statusError
 	if errors.As(err, &se) {
 		switch se.Code {
@@ -142,6 +145,10 @@ func (c *daemonClient) staging(ctx context.Context, r agentwire.StagingReport) e
 
 func (c *daemonClient) logs(ctx context.Context, r logsRequest) error {
 	return c.post(ctx, "logs", r, nil)
+}
+
+func (c *daemonClient) drained(ctx context.Context, r agentwire.DrainedRequest) error {
+	return c.post(ctx, "drained", r, nil)
 }
 
 func (c *daemonClient) done(ctx context.Context, r doneRequest) error {

@@ -643,6 +643,7 @@ func (e *elastic) adopt(ctx context.Context, v rendezvous.View) {
 		}
 		e.sup.closeWarm("node excluded")
 		e.setStatus(0, wsDrained)
+		e.reportDrained(ctx, v)
 
 	case rendezvous.NodeUnknown:
 		// Not a member: dropped while silent, or the daemon forgot us.

@@ -226,6 +226,12 @@ func TestExcludedNodeDrainsAndSurvivorsContinue(t *testing.T) {
 	if r := victim.rounds(t); !slices.Equal(r, []int{1}) {
 		t.Errorf("excluded node ran rounds %v, want only round 1", r)
 	}
+	// It told the daemon it is done, once, so the node is deleted before
+	// its drain deadline; the survivors did not.
+	dr2 := d.drainedReports()
+	if len(dr2) != 1 || dr2[0].node != victim.id || dr2[0].req.FlushError != "" || !strings.Contains(dr2[0].req.Reason, "spot-interruption (test)") {
+		t.Errorf("drained reports %+v, want one from %s", dr2, victim.id)
+	}
 }
 
 func TestLostNodeSurvivorsRestartAfterDeadAfter(t *testing.T) {

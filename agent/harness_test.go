@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,7 @@ type fakeDaemon struct {
 	notices   []noticeRequest
 	logLines  map[string]int
 	dones     []doneReport
+	drained   []drainedReport
 	events    []string // the rendezvous' event log, for failure dumps
 	stagings  []doneStaging
 }
@@ -267,6 +269,16 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		d.logLines[node] += len(req.Lines)
 		d.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
+	case "drained":
+		var req agentwire.DrainedRequest
+		if err := dec.Decode(&req); err != nil {
+			bad(err)
+			return
+		}
+		d.mu.Lock()
+		d.drained = append(d.drained, drainedReport{node, req})
+		d.mu.Unlock()
+		writeTestJSON(w, map[string]bool{"ended": true})
 	case "done":
 		var req doneRequest
 		if err := dec.Decode(&req); err != nil {
@@ -293,6 +305,17 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 func writeTestJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+type drainedReport struct {
+	node string
+	req  agentwire.DrainedRequest
+}
+
+func (d *fakeDaemon) drainedReports() []drainedReport {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.drained)
 }
 
 func (d *fakeDaemon) doneReports() []doneReport {

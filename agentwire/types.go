@@ -98,6 +98,20 @@ type LogsRequest struct {
 	Lines []string `json:"lines"`
 }
 
+// DrainedRequest reports that a draining node is done: its workers
+// stopped (or left the job in process) and its newest checkpoint is in
+// the store, so the daemon ends its drain now rather than at the
+// deadline.
+type DrainedRequest struct {
+	Reason string `json:"reason,omitempty"`
+	// CheckpointStep is the step its workers confirmed they saved; -1
+	// when they confirmed none.
+	CheckpointStep int64 `json:"checkpoint_step"`
+	// FlushError says why the newest checkpoint could not be stored;
+	// "" when it is (or there was none).
+	FlushError string `json:"flush_error,omitempty"`
+}
+
 // DoneRequest reports that the training job ended (any node may send it;
 // the first one wins).
 type DoneRequest struct {

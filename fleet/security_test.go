@@ -376,6 +376,8 @@ func securityRoutes() []routeCase {
 		{"POST /v1/agent/{fleet}/{node}/notice", nodeScoped, 400, agent("notice", []byte(`{"kind":"not-a-kind","source":"test"}`))},
 		{"POST /v1/agent/{fleet}/{node}/logs", nodeScoped, 204, agent("logs", []byte(`{"round":1,"rank":0,"lines":["hello"]}`))},
 		{"POST /v1/agent/{fleet}/{node}/done", nodeScoped, 400, agent("done", []byte(`{"success":`))},
+		// A node that is not draining: nothing ends, 200 {"ended":false}.
+		{"POST /v1/agent/{fleet}/{node}/drained", nodeScoped, 200, agent("drained", []byte(`{"checkpoint_step":-1}`))},
 		// Checkpoint store calls: a node signs, lists and prunes only its
 		// own fleet's keys; invalid requests are refused after the token.
 		{"POST /v1/agent/{fleet}/{node}/checkpoint/sign", nodeScoped, 400, agent("checkpoint/sign", []byte(`{"method":"DELETE","keys":["manifests/step-1.json"]}`))},

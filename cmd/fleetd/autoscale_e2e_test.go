@@ -188,21 +188,31 @@ func TestAutoscalerSettlesByThroughput(t *testing.T) {
 
 // scaledTo reports whether the fleet's event log has it scaled to n nodes.
 func scaledTo(t *testing.T, d *devDaemon, bin, fleet string, n int) bool {
-	out, _, code := d.cli(t, bin, "events", "-json", "-fleet", fleet)
-	if code != 0 {
-		return false
-	}
-	dec := json.NewDecoder(strings.NewReader(out))
-	for dec.More() {
-		var e state.Event
-		if dec.Decode(&e) != nil {
-			return false
-		}
+	for _, e := range fleetEvents(t, d, bin, fleet) {
 		if e.Type == "fleet.scaled" && e.Data["to"] == fmt.Sprint(n) {
 			return true
 		}
 	}
 	return false
+}
+
+// fleetEvents is the fleet's event log as `fleetd events -json` prints
+// it; nil when the command fails.
+func fleetEvents(t *testing.T, d *devDaemon, bin, fleet string) []state.Event {
+	out, _, code := d.cli(t, bin, "events", "-json", "-fleet", fleet)
+	if code != 0 {
+		return nil
+	}
+	var evs []state.Event
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var e state.Event
+		if dec.Decode(&e) != nil {
+			return evs
+		}
+		evs = append(evs, e)
+	}
+	return evs
 }
 
 // measured is the autoscaler's measured throughput at n nodes; 0 if none.

@@ -352,7 +352,22 @@ func TestBudgetPauseE2E(t *testing.T) {
 	if !strings.Contains(out, "default") {
 		t.Errorf("fleetd projects:\n%s", out)
 	}
-	t.Logf("delta paused by its budget after %s at step %d: %s", pausedAt.Round(time.Second), saved, det.Allocation.Reason)
+	// Each drained node's agent said when its workers were done: the
+	// node went then, not at drain_grace's end (which made a pause
+	// overshoot its budget).
+	draining, drained := 0, 0
+	for _, e := range fleetEvents(t, d, bin, "delta") {
+		switch {
+		case e.Type == "node.transition" && e.Data["to"] == "draining":
+			draining++
+		case e.Type == "node.drained":
+			drained++
+		}
+	}
+	if draining == 0 || drained != draining {
+		t.Errorf("%d nodes drained and %d reported their workers done, want all", draining, drained)
+	}
+	t.Logf("delta paused by its budget after %s at step %d, spend $%.4f of $0.004: %s", pausedAt.Round(time.Second), saved, det.SpendUSD, det.Allocation.Reason)
 
 	// Raised and resumed. The raised budget alone un-pauses a fleet its
 	// budget paused (docs/projects.md), so resume may find it queued.

@@ -91,6 +91,7 @@ func (a *API) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/notice", a.nodeAuth(a.notice))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/logs", a.nodeAuth(a.agentLogs))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/done", a.nodeAuth(a.done))
+	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/drained", a.nodeAuth(a.drained))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/sign", a.nodeAuth(a.checkpointSign))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/list", a.nodeAuth(a.checkpointList))
 	mux.HandleFunc("POST /v1/agent/{fleet}/{node}/checkpoint/delete", a.nodeAuth(a.checkpointDelete))

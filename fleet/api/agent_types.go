@@ -16,6 +16,7 @@ type (
 	NoticeRequest      = agentwire.NoticeRequest
 	LogsRequest        = agentwire.LogsRequest
 	DoneRequest        = agentwire.DoneRequest
+	DrainedRequest     = agentwire.DrainedRequest
 	DataConfig         = agentwire.DataConfig
 	StagingReport      = agentwire.StagingReport
 	PeerStagingRequest = agentwire.PeerStagingRequest

@@ -110,7 +110,7 @@ func drainHolds(dec allocator.Decision, in allocator.Input, occ map[string]occup
 		why := fmt.Sprintf("%d of its %d new nodes wait until draining nodes free their GPUs (%s is full", want-can, want, where)
 		if fl := drainingIn[short]; len(fl) > 0 {
 			slices.Sort(fl)
-			why += " until " + strings.Join(fl, ", ") + " finish draining"
+			why += " until the draining nodes of " + strings.Join(fl, ", ") + " are gone"
 		}
 		holds[a.Fleet] = drainHold{Nodes: a.From + can, Why: why + ")"}
 	}

@@ -31,7 +31,7 @@ func TestDrainHolds(t *testing.T) {
 		dec:   []allocator.Allocation{run("alpha", "a", 2, 2), run("bravo", "b", 0, 2)},
 		occ:   map[string]occupancy{"alpha": {project: "a", gpusPerNode: 1, live: 2, draining: 2}, "bravo": {project: "b", gpusPerNode: 1}},
 		want:  map[string]int{"bravo": 0},
-		inWhy: map[string]string{"bravo": "alpha finish draining"},
+		inWhy: map[string]string{"bravo": "draining nodes of alpha are gone"},
 	}, {
 		name: "one of two drained: one node may start",
 		pool: 4,

@@ -660,6 +660,9 @@ func (pl *planner) lifecycle(i int) {
 		switch {
 		case listOK && (!found || inst.State == providers.StateTerminated):
 			pl.move(i, state.NodeTerminated, "instance gone while draining", nil)
+		case !n.DrainedAt.IsZero():
+			pl.move(i, state.NodeTerminating, "drained: its agent reports its workers stopped and its checkpoint stored", nil)
+			pl.terminate(pl.nodes[i], instanceOf(n, inst, found), "drained")
 		case !now.Before(n.Deadline):
 			pl.move(i, state.NodeTerminating, "drain deadline reached", nil)
 			pl.terminate(pl.nodes[i], instanceOf(n, inst, found), "drain deadline reached")

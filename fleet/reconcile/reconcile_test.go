@@ -996,3 +996,29 @@ func TestVanishedDuringTeardown(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainedEndsDrainEarly: a draining node whose agent reported that
+// its workers stopped and its checkpoint is stored is deleted at once,
+// not at its drain deadline.
+func TestDrainedEndsDrainEarly(t *testing.T) {
+	a := offering("us-east-1a", "p4d", providers.Spot, 10)
+	w := newWorld(t, testFleet(2, 2), a)
+	w.settle(step, 200)
+	n := w.nodes["n001"]
+	n.State, n.Deadline = state.NodeDraining, w.now.Add(time.Hour)
+	w.nodes[n.ID] = n
+	if p := w.pass(); len(actionsOf[Terminate](p)) != 0 {
+		t.Fatalf("deleted a draining node before its deadline or report: %v", p.Actions)
+	}
+	n = w.nodes["n001"]
+	n.DrainedAt = w.now
+	w.nodes[n.ID] = n
+	p := w.pass()
+	tr, term := actionsOf[Transition](p), actionsOf[Terminate](p)
+	if len(tr) == 0 || tr[0].Node.ID != "n001" || tr[0].To != state.NodeTerminating || !strings.Contains(tr[0].Reason, "drained") {
+		t.Fatalf("want n001 draining → terminating on its report: %v", p.Actions)
+	}
+	if len(term) != 1 || term[0].InstanceID != n.InstanceID {
+		t.Fatalf("want n001's instance deleted: %v", p.Actions)
+	}
+}

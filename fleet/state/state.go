@@ -66,18 +66,22 @@ const (
 
 // Node is one member of a fleet, from the decision to launch it until it is gone.
 type Node struct {
-	ID            string             `json:"id"`
-	Fleet         string             `json:"fleet"`
-	State         NodeState          `json:"state"`
-	Reason        string             `json:"reason,omitempty"` // why it entered State
-	Offering      providers.Offering `json:"offering"`
-	InstanceID    string             `json:"instance_id,omitempty"`
-	Address       string             `json:"address,omitempty"`
-	TokenHash     string             `json:"token_hash,omitempty"` // sha256 of the per-node token, never the token
-	Round         int64              `json:"round,omitempty"`
-	Deadline      time.Time          `json:"deadline,omitempty"` // interruption deadline while draining
-	LastHeartbeat time.Time          `json:"last_heartbeat,omitempty"`
-	AgentVersion  string             `json:"agent_version,omitempty"` // as the agent said at its last registration
+	ID         string             `json:"id"`
+	Fleet      string             `json:"fleet"`
+	State      NodeState          `json:"state"`
+	Reason     string             `json:"reason,omitempty"` // why it entered State
+	Offering   providers.Offering `json:"offering"`
+	InstanceID string             `json:"instance_id,omitempty"`
+	Address    string             `json:"address,omitempty"`
+	TokenHash  string             `json:"token_hash,omitempty"` // sha256 of the per-node token, never the token
+	Round      int64              `json:"round,omitempty"`
+	Deadline   time.Time          `json:"deadline,omitempty"` // interruption deadline while draining
+	// DrainedAt is when its agent reported, while draining, that its
+	// workers stopped and its newest checkpoint is stored: the drain
+	// ends then, not at Deadline.
+	DrainedAt     time.Time `json:"drained_at,omitzero"`
+	LastHeartbeat time.Time `json:"last_heartbeat,omitempty"`
+	AgentVersion  string    `json:"agent_version,omitempty"` // as the agent said at its last registration
 	// Network is the fast network its launch asked for (node.network), so
 	// a relaunch repeats the same request and its agent learns the path.
 	Network   providers.NetworkRequest `json:"network,omitzero"`
