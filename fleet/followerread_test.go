@@ -80,6 +80,10 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 	if _, err := a.Apply(ctx, api.ApplyRequest{Filename: "pa.hcl", Source: projectSpec("pa", "vision", 1, 3), SkipCheck: true}); err != nil {
 		t.Fatal(err)
 	}
+	// pb has no node and no leader admitted it: it waits in the queue.
+	if _, err := a.Apply(ctx, api.ApplyRequest{Filename: "pb.hcl", Source: projectSpec("pb", "vision", 1, 1), SkipCheck: true}); err != nil {
+		t.Fatal(err)
+	}
 	err := a.store.Update(ctx, func(tx state.Tx) error {
 		for i := range 3 {
 			n := state.Node{ID: fmt.Sprintf("pa-%d", i), Fleet: "pa", State: state.NodeRunning, InstanceID: fmt.Sprintf("i-%d", i),
@@ -111,6 +115,17 @@ func TestFollowerReadsWithoutLeader(t *testing.T) {
 	if v := pr.Projects[i]; v.UsedGPUs != 3 || v.BorrowedGPUs != 2 || !slices.Contains(v.Fleets, "pa") || v.Budget == nil ||
 		v.Budget.SpentUSD < 12.5 || v.Budget.SpentUSD > 12.6 || v.Budget.BurnPerHour != 3 {
 		t.Errorf("project vision from the follower: %+v (budget %+v); want 3 GPUs used, 2 borrowed, $12.50 spent at $3/h", v, v.Budget)
+	}
+	if v := pr.Projects[i]; v.Queued != 1 {
+		t.Errorf("project vision from the follower: %d queued, want 1 (pb)", v.Queued)
+	}
+	resp = do(http.MethodGet, "/v1/queue")
+	var q api.QueueResponse
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(followerReadHeader) == "" || json.NewDecoder(resp.Body).Decode(&q) != nil {
+		t.Fatalf("GET /v1/queue on a follower without a leader: HTTP %d %q", resp.StatusCode, resp.Header.Get(followerReadHeader))
+	}
+	if len(q.Queue) != 1 || q.Queue[0].Fleet != "pb" || q.Queue[0].Position != 1 || q.Queue[0].Reason == "" {
+		t.Errorf("queue from the follower: %+v, want pb first with a reason", q.Queue)
 	}
 
 	// A leader is elected but cannot be reached (its URL refuses): reads

@@ -259,14 +259,15 @@ const followerReadHeader = "Fleetd-Follower-Read"
 
 // followerReadable reports whether a follower may answer r from the shared
 // state when no leader can be reached: the read-only views of fleets,
-// events and projects (their use and spend as stored). Everything else (writes, agent and rendezvous calls, offerings,
+// events, projects and the queue (use, spend and waiting fleets as
+// stored). Everything else (writes, agent and rendezvous calls, offerings,
 // which would start provider plugins) waits for a leader.
 func followerReadable(r *http.Request) bool {
 	if r.Method != http.MethodGet {
 		return false
 	}
 	p := r.URL.Path
-	if p == "/v1/status" || p == "/v1/fleets" || p == "/v1/events" || p == "/v1/projects" {
+	if p == "/v1/status" || p == "/v1/fleets" || p == "/v1/events" || p == "/v1/projects" || p == "/v1/queue" {
 		return true
 	}
 	rest, ok := strings.CutPrefix(p, "/v1/fleets/")

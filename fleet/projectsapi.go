@@ -1,15 +1,19 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/allocator"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/budget"
+	"github.com/fleetd/fleetd/fleet/controller"
 	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -101,13 +105,14 @@ func (pa projectsAPI) projectsHandler(w http.ResponseWriter, r *http.Request) {
 // follower answering while no leader can be reached: the GPUs of each
 // project's live nodes (borrowed and lent by the allocator's rule) and the
 // spend in the ledger the leader last saved (at most 30 s old; an alert or
-// an egress charge saves it at once). The queue lives in the leader's
-// memory and is not shown.
+// an egress charge saves it at once). The queue is the fleets the
+// leader's saved decisions left waiting (storedQueue).
 func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (allocator.Decision, *budget.Ledger, error) {
 	d := pa.d
 	dec := allocator.Decision{Now: d.now(), PoolGPUs: projs.Pool()}
 	used := map[string]int{}
 	var ledger *budget.Ledger
+	var waiting []waiter
 	err := d.store.View(ctx, func(tx state.Tx) error {
 		var err error
 		if ledger, err = budget.Load(tx); err != nil {
@@ -135,9 +140,15 @@ func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (al
 			proj := fl.ProjectName()
 			used[proj] += live * max(fl.Node.GPUs, 0)
 			dec.Fleets = append(dec.Fleets, allocator.Allocation{Fleet: f.Name, Project: proj, From: live})
+			if p, ok := projs.Get(proj); live == 0 && ok && !p.Unlimited && (projs.Enabled() || fl.Budget != nil) {
+				if w, ok := storedWaiter(tx, f, proj, p.Priority); ok {
+					waiting = append(waiting, w)
+				}
+			}
 		}
 		return nil
 	})
+	dec.Queue = storedQueue(waiting, dec.Now)
 	if err != nil {
 		return dec, nil, err
 	}
@@ -156,7 +167,8 @@ func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (al
 		if p.Unlimited && used[name] == 0 && !slices.ContainsFunc(dec.Fleets, func(a allocator.Allocation) bool { return a.Project == name }) {
 			continue
 		}
-		u := allocator.ProjectUse{Name: name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, UsedGPUs: used[name]}
+		u := allocator.ProjectUse{Name: name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, UsedGPUs: used[name],
+			Queued: len(slices.DeleteFunc(slices.Clone(dec.Queue), func(q allocator.QueueEntry) bool { return q.Project != name }))}
 		if !p.Unlimited {
 			u.BorrowedGPUs, u.LentGPUs = allocator.Lending(p.QuotaGPUs, used[name], &borrowed)
 			dec.UsedGPUs += used[name]
@@ -166,10 +178,62 @@ func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (al
 	return dec, ledger, nil
 }
 
+// waiter is a fleet waiting to start as the store has it.
+type waiter struct {
+	fleet, project string
+	priority       int
+	arrival        time.Time
+}
+
+// storedWaiter reports whether fleet f (no live node) waits in the queue
+// by its saved runtime: the leader never admitted it, or a budget it no
+// longer exceeds queued it again; a paused fleet does not wait.
+func storedWaiter(tx state.Tx, f state.Fleet, project string, priority int) (waiter, bool) {
+	var rt controller.SavedRuntime
+	if b, err := tx.Meta(controller.RuntimeKey(f.Name)); err == nil && len(b) > 0 {
+		if json.Unmarshal(b, &rt) != nil {
+			return waiter{}, false
+		}
+	}
+	if rt.Alloc.Admitted || rt.Alloc.Paused || rt.Alloc.Stopping {
+		return waiter{}, false
+	}
+	arrival := rt.Alloc.Arrival
+	if arrival.IsZero() {
+		arrival = f.CreatedAt
+	}
+	return waiter{fleet: f.Name, project: project, priority: priority, arrival: arrival}, true
+}
+
+// storedQueue orders the stored waiters as the allocator starts them
+// (priority, then arrival) without the leader's aging and reservations,
+// which live in its memory.
+func storedQueue(ws []waiter, now time.Time) []allocator.QueueEntry {
+	slices.SortStableFunc(ws, func(a, b waiter) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), a.arrival.Compare(b.arrival), cmp.Compare(a.fleet, b.fleet))
+	})
+	out := make([]allocator.QueueEntry, 0, len(ws))
+	for i, w := range ws {
+		out = append(out, allocator.QueueEntry{Fleet: w.fleet, Project: w.project, Position: i + 1, Priority: w.priority,
+			Waiting: now.Sub(w.arrival), Reason: "waits to start (as the leader last decided; no leader is reachable to say why now)"})
+	}
+	return out
+}
+
 // queueHandler is GET /v1/queue: the waiting fleets in start order (a
-// project-limited token sees its project's, positions unchanged).
+// project-limited token sees its project's, positions unchanged). A
+// follower answering without a leader reads it from the store.
 func (pa projectsAPI) queueHandler(w http.ResponseWriter, r *http.Request) {
-	q := api.QueueFrom(pa.decision())
+	dec := pa.decision()
+	if d := pa.d; d.cl != nil && !d.cl.isLeader() {
+		stored, _, err := pa.storedUse(r.Context(), d.projects.Config())
+		if err != nil {
+			d.apiFail(w, err)
+			return
+		}
+		dec = stored
+	}
+	q := api.QueueFrom(dec)
 	if scope := api.ProjectScope(r.Context()); scope != "" {
 		q.Queue = slices.DeleteFunc(q.Queue, func(e api.QueueEntry) bool { return e.Project != scope })
 	}
