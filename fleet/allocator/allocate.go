@@ -400,6 +400,9 @@ func (a *alloc) best(f *fstate, room int) (chunk, bool) {
 				break
 			}
 		}
+		if !f.in.allowed(m) {
+			continue
+		}
 		v := a.gain(f, f.n, m)
 		// A fleet keeps the nodes it runs unless another fleet takes them
 		// (or its autoscaler wants fewer): even a node that adds nothing

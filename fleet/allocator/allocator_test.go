@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -712,5 +713,41 @@ func TestShortJobBehindALongOne(t *testing.T) {
 	}
 	if !(s0+l0 < s1+l1) {
 		t.Errorf("sum of completion times: %s with the geometric mean, %s with total work", s0+l0, s1+l1)
+	}
+}
+
+func TestAlignedSizes(t *testing.T) {
+	for _, c := range []struct {
+		per, most int
+		want      []int
+	}{
+		{4, 16, []int{1, 2, 4, 8, 12, 16}},
+		{4, 3, []int{1, 2}},
+		{8, 20, []int{1, 2, 4, 8, 16}},
+		{6, 12, []int{1, 2, 4, 6, 12}},
+		{1, 3, []int{1, 2, 3}},
+	} {
+		if got := AlignedSizes(c.per, c.most); !slices.Equal(got, c.want) {
+			t.Errorf("AlignedSizes(%d, %d) = %v, want %v", c.per, c.most, got, c.want)
+		}
+	}
+}
+
+// TestSizesAreKept: a linear fleet allowed 1, 2, 4 or 8 nodes in a pool
+// of 7 GPUs gets 4, not 7; a second fleet takes the rest.
+func TestSizesAreKept(t *testing.T) {
+	in := Input{Now: t0, PoolGPUs: 7, Projects: []Project{{Name: "p", QuotaGPUs: 7, MaxGPUs: 7}},
+		Fleets: []Fleet{
+			{Name: "a", Project: "p", GPUsPerNode: 1, MinNodes: 1, MaxNodes: 8, Arrival: t0, Sizes: []int{1, 2, 4, 8}},
+			{Name: "b", Project: "p", GPUsPerNode: 1, MinNodes: 1, MaxNodes: 8, Arrival: t0.Add(time.Second), Sizes: []int{1, 2, 4, 8}},
+		}}
+	dec := Decide(in)
+	for _, f := range dec.Fleets {
+		if !slices.Contains([]int{1, 2, 4, 8}, f.To) {
+			t.Errorf("%s given %d nodes, outside its sizes", f.Fleet, f.To)
+		}
+	}
+	if dec.UsedGPUs > 7 {
+		t.Errorf("used %d GPUs of 7", dec.UsedGPUs)
 	}
 }

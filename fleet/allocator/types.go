@@ -12,6 +12,7 @@
 package allocator
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/budget"
@@ -201,6 +202,39 @@ type Fleet struct {
 	// included): a fleet resized often gets less from another resize,
 	// as it holds each size less long (Params.Horizon).
 	Resizes int `json:"resizes,omitempty"`
+	// Sizes, when set, are the only node counts the fleet may be given
+	// (ascending), e.g. the counts that place without fragments on
+	// machines of several GPUs (AlignedSizes); nil: every count between
+	// its bounds.
+	Sizes []int `json:"sizes,omitempty"`
+}
+
+// AlignedSizes are the counts of 1-GPU workers that fit machines of
+// perMachine GPUs without fragments, up to most: powers of two within
+// one machine (they pack like a buddy allocator), whole machines beyond
+// (Pollux's truncated search space, which keeps a distributed job on
+// whole nodes).
+func AlignedSizes(perMachine, most int) []int {
+	var out []int
+	for n := 1; n <= min(perMachine, most); n *= 2 {
+		out = append(out, n)
+	}
+	if out != nil && out[len(out)-1] != perMachine && perMachine <= most {
+		out = append(out, perMachine)
+	}
+	for n := 2 * perMachine; n <= most; n += perMachine {
+		out = append(out, n)
+	}
+	return out
+}
+
+// allowed reports whether the fleet may run at n nodes.
+func (f *Fleet) allowed(n int) bool {
+	if len(f.Sizes) == 0 || n == 0 {
+		return true
+	}
+	_, ok := slices.BinarySearch(f.Sizes, n)
+	return ok
 }
 
 // Input is everything one decision looks at.

@@ -203,7 +203,7 @@ func Run(cfg Config, policy string) (Result, error) {
 	case "", "packed":
 	case "nodes":
 		if m == nil {
-			pl = &nodePool{free: make([]int, cfg.Nodes)}
+			pl = &nodePool{free: make([]int, cfg.Nodes), per: cfg.PerNode}
 			for i := range pl.free {
 				pl.free[i] = cfg.PerNode
 			}
@@ -468,6 +468,9 @@ func (p *fleetd) decide(now time.Duration, live []*jobState) {
 		if j.started {
 			f.LastChange = epoch0.Add(j.changed)
 		}
+		if p.m == nil && p.cfg.Placement == "nodes" && p.cfg.PerNode > 1 {
+			f.Sizes = allocator.AlignedSizes(p.cfg.PerNode, f.MaxNodes)
+		}
 		in.Fleets = append(in.Fleets, f)
 	}
 	dec := allocator.Decide(in)
@@ -539,8 +542,11 @@ func (c curve) Throughput(n int) (float64, bool) {
 	return g, g > 0
 }
 
-// nodePool is the fixed pool's free GPUs per node.
-type nodePool struct{ free []int }
+// nodePool is the fixed pool's free GPUs per node, of per GPUs each.
+type nodePool struct {
+	free []int
+	per  int
+}
 
 // place releases the GPUs of every job whose count changed and places
 // them again. The gang baselines take GPUs as the published simulator's
@@ -568,6 +574,13 @@ func (p *nodePool) place(policy string, live []*jobState, before []int) {
 	for _, j := range moved {
 		j.on = map[int]int{}
 		need := j.gpus
+		if bestFit && need <= p.per {
+			if n := p.defragment(need, live, moved); n >= 0 {
+				p.free[n] -= need
+				j.on[n] = need
+				continue
+			}
+		}
 		for need > 0 {
 			n := p.pick(need, bestFit)
 			take := min(need, p.free[n])
@@ -576,6 +589,71 @@ func (p *nodePool) place(policy string, live []*jobState, before []int) {
 			need -= take
 		}
 	}
+}
+
+// defragment makes one node hold need GPUs when none does but moving
+// jobs that sit whole on one node elsewhere would free it (fleetd's
+// policies only): the moved jobs restart (a changeover each), which is
+// cheaper than a job split over nodes for as long as it holds its size.
+// It returns the node, or -1 when none can be freed that way (or one
+// already fits: then pick finds it).
+func (p *nodePool) defragment(need int, live, moving []*jobState) int {
+	for _, f := range p.free {
+		if f >= need {
+			return -1
+		}
+	}
+	// The jobs that may move: placed, not changing this pass, whole on
+	// one node; smallest first, so the fewest GPUs move.
+	var movable []*jobState
+	for _, j := range live {
+		if len(j.on) == 1 && j.gpus > 0 && !slices.Contains(moving, j) {
+			movable = append(movable, j)
+		}
+	}
+	sort.SliceStable(movable, func(a, b int) bool { return movable[a].gpus < movable[b].gpus })
+	nodes := make([]int, len(p.free))
+	for i := range nodes {
+		nodes[i] = i
+	}
+	// Try the fullest-free nodes first: the fewest GPUs to move.
+	sort.SliceStable(nodes, func(a, b int) bool { return p.free[nodes[a]] > p.free[nodes[b]] })
+	for _, n := range nodes {
+		free := slices.Clone(p.free)
+		var plan [][2]int // job index in movable → destination node
+		for i, j := range movable {
+			if free[n] >= need {
+				break
+			}
+			if j.on[n] == 0 {
+				continue
+			}
+			dst := -1
+			for m, f := range free {
+				if m != n && f >= j.gpus && (dst < 0 || f < free[dst]) {
+					dst = m
+				}
+			}
+			if dst < 0 {
+				continue
+			}
+			free[dst] -= j.gpus
+			free[n] += j.gpus
+			plan = append(plan, [2]int{i, dst})
+		}
+		if free[n] < need {
+			continue
+		}
+		for _, mv := range plan {
+			j := movable[mv[0]]
+			p.release(j)
+			p.free[mv[1]] -= j.gpus
+			j.on = map[int]int{mv[1]: j.gpus}
+			j.swapped = true
+		}
+		return n
+	}
+	return -1
 }
 
 func (p *nodePool) release(j *jobState) {

@@ -237,7 +237,7 @@ func TestNodePlacement(t *testing.T) {
 		{"fleetd-adaptive", []int{1, 1, 1, 1}},
 	} {
 		t.Run(c.policy, func(t *testing.T) {
-			p := &nodePool{free: []int{4, 4, 4}}
+			p := &nodePool{free: []int{4, 4, 4}, per: 4}
 			var jobs []*jobState
 			for _, g := range []int{1, 1, 4, 4} {
 				j := &jobState{gpus: g}
@@ -264,5 +264,53 @@ func TestNodePlacement(t *testing.T) {
 				t.Errorf("after every job left: free %v; want 4 on every node", p.free)
 			}
 		})
+	}
+}
+
+// TestDefragment: two nodes each hold a 2-GPU job and have 2 free; a
+// 4-GPU job arriving would be split over both. fleetd's placement moves
+// one 2-GPU job next to the other (it restarts: swapped) so the new job
+// takes one whole node; the gang baselines split it.
+func TestDefragment(t *testing.T) {
+	for _, c := range []struct {
+		policy    string
+		span      int
+		swapped   int
+		wantSpans []int // of the two small jobs afterwards
+	}{
+		{"tiresias", 2, 0, []int{1, 1}},
+		{"fleetd", 1, 1, []int{1, 1}},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			p := &nodePool{free: []int{2, 2}, per: 4}
+			a := &jobState{gpus: 2, on: map[int]int{0: 2}}
+			b := &jobState{gpus: 2, on: map[int]int{1: 2}}
+			big := &jobState{gpus: 4}
+			live := []*jobState{a, b, big}
+			p.place(c.policy, live, []int{2, 2, 0})
+			if len(big.on) != c.span || big.on[0]+big.on[1] != 4 {
+				t.Fatalf("the 4-GPU job on %v; want %d node(s)", big.on, c.span)
+			}
+			swapped := 0
+			for i, j := range []*jobState{a, b} {
+				if j.swapped {
+					swapped++
+				}
+				if len(j.on) != c.wantSpans[i] {
+					t.Errorf("small job %d on %v", i, j.on)
+				}
+			}
+			if swapped != c.swapped || p.free[0] != 0 || p.free[1] != 0 {
+				t.Errorf("%d jobs moved, free %v; want %d moved and the pool full", swapped, p.free, c.swapped)
+			}
+		})
+	}
+	// Nothing can be freed: the job is split (no job is moved for nothing).
+	p := &nodePool{free: []int{3, 3}, per: 4}
+	a := &jobState{gpus: 2, on: map[int]int{0: 1, 1: 1}} // spans two nodes: not movable
+	big := &jobState{gpus: 4}
+	p.place("fleetd", []*jobState{a, big}, []int{2, 0})
+	if a.swapped || len(big.on) != 2 {
+		t.Errorf("moved %v, big on %v; want no move and the job split", a.swapped, big.on)
 	}
 }
