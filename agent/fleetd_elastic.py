@@ -429,6 +429,19 @@ class AdaptiveBatch:
         self.optimizer.step()
         return total
 
+    def progress_fields(self):
+        """The global batch and the measured noise scale for a progress
+        report (``fleetd_progress.Reporter.report(step, ..., **ab.progress_fields())``):
+        the agent forwards them and fleetd's allocator weighs each fleet
+        size by the statistical efficiency of its batch. A noise scale not
+        measured yet, or infinite (the gradient within its noise), is left
+        out."""
+        out = {"batch": self.batch}
+        v = self.noise.value
+        if v is not None and not math.isinf(v):
+            out["noise_scale"] = v
+        return out
+
     def report(self):
         """The batch state and the measured noise scale, as a dict (also
         emitted as an ``adaptive_batch`` event when the batch changes)."""

@@ -39,7 +39,10 @@ type progressReport struct {
 	step, total int64
 	samples     float64
 	loss        *float64
-	at          time.Time
+	// batch and noise are the global batch and the gradient noise scale,
+	// when the workers report them (0: not).
+	batch, noise float64
+	at           time.Time
 }
 
 // progressTail follows one round's progress file. poll reads what was
@@ -107,7 +110,8 @@ func (t *progressTail) poll() {
 }
 
 // line parses one report: step (required), samples (default: step),
-// loss, total_steps, time (Unix seconds; default: when it was read).
+// loss, total_steps, time (Unix seconds; default: when it was read),
+// batch and noise_scale (AdaptiveBatch's).
 func (t *progressTail) line(b []byte, readAt time.Time) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
@@ -120,6 +124,8 @@ func (t *progressTail) line(b []byte, readAt time.Time) {
 		Loss       *float64 `json:"loss"`
 		TotalSteps *float64 `json:"total_steps"`
 		Time       *float64 `json:"time"`
+		Batch      *float64 `json:"batch"`
+		NoiseScale *float64 `json:"noise_scale"`
 	}
 	// Python's json.dumps writes a diverged loss as NaN or Infinity, which
 	// JSON lacks: such a value counts as absent, not the whole report.
@@ -143,6 +149,13 @@ func (t *progressTail) line(b []byte, readAt time.Time) {
 		if raw.Loss != nil && finite(*raw.Loss) {
 			l := *raw.Loss
 			r.loss = &l
+		}
+		// Optional: a bad batch or noise scale is dropped, not the report.
+		if raw.Batch != nil && finite(*raw.Batch) && *raw.Batch > 0 {
+			r.batch = *raw.Batch
+		}
+		if raw.NoiseScale != nil && finite(*raw.NoiseScale) && *raw.NoiseScale >= 0 {
+			r.noise = *raw.NoiseScale
 		}
 		r.at = readAt
 		if raw.Time != nil && finite(*raw.Time) {
@@ -187,7 +200,7 @@ func (t *progressTail) snapshot() *rendezvous.Progress {
 		return nil
 	}
 	p := &rendezvous.Progress{Round: t.round, Nodes: t.nodes, WorldSize: t.world, Step: t.last.step, Samples: t.last.samples,
-		Loss: t.last.loss, TotalSteps: t.last.total, FirstStep: t.first.step, Reports: t.n}
+		Loss: t.last.loss, TotalSteps: t.last.total, FirstStep: t.first.step, Reports: t.n, Batch: t.last.batch, NoiseScale: t.last.noise}
 	now := t.now()
 	if age := now.Sub(t.last.at); age > 0 {
 		p.AgeMS = age.Milliseconds()

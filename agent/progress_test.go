@@ -2,6 +2,7 @@ package agent
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ func TestProgressTail(t *testing.T) {
 		stepRate            float64
 		loss                *float64
 		bad                 int
+		batch, noise        float64
 	}{
 		{name: "no file content"},
 		{name: "one report: no rate yet", lines: `{"step": 10, "samples": 640, "time": ` + at(0) + "}\n",
@@ -45,6 +47,12 @@ func TestProgressTail(t *testing.T) {
 			reports: 1, step: 3, first: 3, samples: 3},
 		{name: "non-finite loss is dropped, not the report", lines: `{"step": 3, "loss": NaN, "time": ` + at(0) + "}\n",
 			reports: 1, step: 3, first: 3, samples: 3, bad: 0},
+		{name: "batch and noise scale: the latest report's", lines: `{"step": 3, "batch": 64, "noise_scale": 900, "time": ` + at(0) + "}\n" +
+			`{"step": 4, "batch": 128, "noise_scale": 1250.5, "time": ` + at(1) + "}\n",
+			reports: 2, step: 4, first: 3, samples: 4, rate: 1, rsec: 1, stepRate: 1, batch: 128, noise: 1250.5},
+		{name: "a noise-dominated gradient (Infinity) or a bad batch is dropped, not the report",
+			lines:   `{"step": 3, "batch": -2, "noise_scale": Infinity, "time": ` + at(0) + "}\n",
+			reports: 1, step: 3, first: 3, samples: 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,6 +90,9 @@ func TestProgressTail(t *testing.T) {
 			}
 			if (p.Loss == nil) != (c.loss == nil) || (p.Loss != nil && *p.Loss != *c.loss) {
 				t.Errorf("loss %v, want %v", p.Loss, c.loss)
+			}
+			if p.Batch != c.batch || p.NoiseScale != c.noise {
+				t.Errorf("batch %g, noise scale %g; want %g, %g", p.Batch, p.NoiseScale, c.batch, c.noise)
 			}
 			if err := p.Validate(); err != nil {
 				t.Errorf("snapshot does not validate: %v", err)
@@ -178,5 +189,38 @@ func TestProgressForwardedAndFinishedCheckpointExplained(t *testing.T) {
 	rep := wantDone(t, d2, true)
 	if !strings.Contains(rep.req.Detail, "already held a finished job") || !strings.Contains(rep.req.Detail, filepath.Join(ckpt, DoneMarker)) {
 		t.Errorf("done detail %q does not say the checkpoint held a finished job", rep.req.Detail)
+	}
+}
+
+// TestProgressHelperCarriesBatchAndNoiseScale: the example's progress
+// helper writes what fleetd_elastic.AdaptiveBatch.progress_fields() gives
+// (the global batch and the gradient noise scale), and the agent's
+// parser hands both on; an infinite noise scale is left out.
+func TestProgressHelperCarriesBatchAndNoiseScale(t *testing.T) {
+	py := torchPython(t)
+	path := filepath.Join(t.TempDir(), ProgressFile)
+	script := `import sys
+sys.path.insert(0, sys.argv[2])
+import fleetd_progress as fp
+r = fp.Reporter(path=sys.argv[1], rank=0)
+r.report(1, samples=64, batch=64, noise_scale=512.5, force=True)
+r.report(2, samples=192, batch=128, noise_scale=float("inf"), force=True)
+r.close()
+`
+	if out, err := exec.Command(py, "-c", script, path, filepath.Join("..", "examples")).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	tail := newProgressTail(path, rendezvous.Assignment{Round: 1, GroupWorldSize: 2, WorldSize: 2})
+	tail.poll()
+	if bad, line := tail.invalid(); bad != 0 {
+		t.Fatalf("%d bad lines (%s)", bad, line)
+	}
+	p := tail.snapshot()
+	if p == nil || p.Step != 2 || p.Batch != 128 || p.NoiseScale != 0 {
+		t.Fatalf("snapshot %+v: want step 2, batch 128, no noise scale (it was infinite)", p)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"noise_scale":512.5`) {
+		t.Errorf("the first report lacks its noise scale:\n%s", b)
 	}
 }

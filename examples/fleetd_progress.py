@@ -58,9 +58,12 @@ class Reporter(object):
         self._file = None
         self._warned = False
 
-    def report(self, step, samples=None, loss=None, total_steps=None, force=False):
+    def report(self, step, samples=None, loss=None, total_steps=None, force=False, batch=None, noise_scale=None):
         """Report that `step` optimizer steps (and `samples` samples) of the whole
-        job are done. Returns True when a line was written."""
+        job are done. Returns True when a line was written. `batch` (the global
+        batch) and `noise_scale` (the gradient noise scale, e.g.
+        fleetd_elastic.AdaptiveBatch.progress_fields()) let fleetd's allocator
+        weigh each size by the statistical efficiency of its batch."""
         if not self.enabled:
             return False
         now = time.monotonic()
@@ -77,6 +80,10 @@ class Reporter(object):
                 rec["loss"] = loss
         if total is not None:
             rec["total_steps"] = int(total)
+        for key, v in (("batch", batch), ("noise_scale", noise_scale)):
+            v = _number(v) if v is not None else None
+            if v is not None and v >= 0:
+                rec[key] = v
         try:
             if self._file is None:
                 self._file = open(self.path, "a")
@@ -114,9 +121,10 @@ def _number(v):
 _default = None
 
 
-def report(step, samples=None, loss=None, total_steps=None, force=False):
+def report(step, samples=None, loss=None, total_steps=None, force=False, batch=None, noise_scale=None):
     """Module-level shortcut with a default Reporter (every=1s)."""
     global _default
     if _default is None:
         _default = Reporter()
-    return _default.report(step, samples=samples, loss=loss, total_steps=total_steps, force=force)
+    return _default.report(step, samples=samples, loss=loss, total_steps=total_steps, force=force, batch=batch,
+                           noise_scale=noise_scale)

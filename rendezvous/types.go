@@ -147,6 +147,13 @@ type Progress struct {
 	RateSeconds   float64 `json:"rate_seconds,omitempty"`
 	// Reports counts the round's valid reports.
 	Reports int `json:"reports"`
+	// Batch is the latest report's global batch (samples per optimizer
+	// step) and NoiseScale the gradient noise scale its workers measured
+	// (fleetd_elastic.AdaptiveBatch), in samples; 0 when not reported.
+	// The allocator weighs a size's throughput by the statistical
+	// efficiency of the batch it implies.
+	Batch      float64 `json:"batch,omitempty"`
+	NoiseScale float64 `json:"noise_scale,omitempty"`
 }
 
 // Validate checks a progress report's bounds.
@@ -166,6 +173,8 @@ func (p *Progress) Validate() error {
 	case !finite(p.SamplesPerSec) || !finite(p.StepsPerSec) || !finite(p.RateSeconds) ||
 		p.SamplesPerSec < 0 || p.StepsPerSec < 0 || p.RateSeconds < 0:
 		return errors.New("progress: rates must be non-negative numbers")
+	case !finite(p.Batch) || !finite(p.NoiseScale) || p.Batch < 0 || p.NoiseScale < 0:
+		return errors.New("progress: batch and noise_scale must be non-negative numbers")
 	}
 	return nil
 }

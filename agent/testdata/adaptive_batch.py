@@ -79,6 +79,9 @@ def phase(rank, world, state_dir, port):
                     "noise": (ab.noise._g2, ab.noise._tr)}, path)
         rep = ab.report()
         rep["loss"] = full
+        # What a progress report forwards to fleetd's allocator.
+        pf = ab.progress_fields()
+        assert pf["batch"] == ab.batch and pf.get("noise_scale") == rep.get("noise_scale"), pf
         print(json.dumps(rep), flush=True)
     dist.destroy_process_group()
 

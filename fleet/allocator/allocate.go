@@ -486,3 +486,32 @@ func pickWeight(c chunk, guarantee bool) float64 {
 	}
 	return c.f.proj.weight
 }
+
+// GoodputCurve weighs a fleet's measured throughput at n nodes by the
+// statistical efficiency of the global batch n nodes run, when its
+// workers report their batch and gradient noise scale B
+// (fleetd_elastic.AdaptiveBatch): a batch of M samples makes (B + M0) /
+// (B + M) of a small batch's progress per sample (McCandlish et al.;
+// Pollux's goodput). The batch is taken to grow with the nodes (a fixed
+// batch per GPU, AdaptiveBatch's default), from batch at nodes now. The
+// curve is scaled to match the throughput at one node, so only its shape
+// changes. Without a noise scale or batch it is c.
+func GoodputCurve(c Curve, noiseScale, batch float64, nodes int) Curve {
+	if c == nil || !(noiseScale > 0) || !(batch > 0) || nodes < 1 || math.IsInf(noiseScale, 0) || math.IsInf(batch, 0) {
+		return c
+	}
+	return goodputCurve{c: c, noise: noiseScale, perNode: batch / float64(nodes)}
+}
+
+type goodputCurve struct {
+	c              Curve
+	noise, perNode float64
+}
+
+func (g goodputCurve) Throughput(n int) (float64, bool) {
+	x, ok := g.c.Throughput(n)
+	if !ok || n < 1 {
+		return x, ok
+	}
+	return x * (g.noise + g.perNode) / (g.noise + g.perNode*float64(n)), true
+}

@@ -3,7 +3,9 @@ package allocator
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -749,5 +751,32 @@ func TestSizesAreKept(t *testing.T) {
 	}
 	if dec.UsedGPUs > 7 {
 		t.Errorf("used %d GPUs of 7", dec.UsedGPUs)
+	}
+}
+
+// TestNoiseScaleMakesGoodput: two fleets with the same linear throughput;
+// one reports a gradient noise scale far below its batch (a larger batch
+// adds little statistical progress), the other one far above it (every
+// sample counts): the GPUs go to the second. Without reports both are
+// throughput alone.
+func TestNoiseScaleMakesGoodput(t *testing.T) {
+	small, large := running("small", "p", 2, 1, 6), running("large", "p", 2, 1, 6)
+	// 256 samples per node at 2 nodes (batch 512).
+	small.Curve = GoodputCurve(linear(6), 100, 512, 2)
+	large.Curve = GoodputCurve(linear(6), 1e6, 512, 2)
+	in := Input{Now: t0, Projects: []Project{{Name: "p", QuotaGPUs: 6, MaxGPUs: 6}}, Fleets: []Fleet{small, large}}
+	d := Decide(in)
+	if s, l := mustFleet(t, d, "small"), mustFleet(t, d, "large"); s.To >= l.To || s.To+l.To != 6 {
+		t.Errorf("small noise scale %d nodes, large %d; want the large one more of the 6", s.To, l.To)
+	}
+	g := GoodputCurve(linear(6), 100, 512, 2)
+	x1, _ := g.Throughput(1)
+	x4, _ := g.Throughput(4)
+	// (100 + 256) / (100 + 4·256) of 400.
+	if x1 != 100 || math.Abs(x4-400*356.0/1124) > 1e-9 {
+		t.Errorf("goodput at 1 and 4 nodes: %g, %g", x1, x4)
+	}
+	if c := GoodputCurve(linear(6), 0, 512, 2); !reflect.DeepEqual(c, linear(6)) {
+		t.Errorf("without a noise scale the curve changed: %v", c)
 	}
 }

@@ -38,6 +38,10 @@ type Latest struct {
 	At        time.Time `json:"at"`
 	FirstStep int64     `json:"first_step"`
 	FirstAt   time.Time `json:"first_at"`
+	// Batch and NoiseScale are the global batch and the gradient noise
+	// scale the workers report (AdaptiveBatch); 0: not reported.
+	Batch      float64 `json:"batch,omitempty"`
+	NoiseScale float64 `json:"noise_scale,omitempty"`
 }
 
 // SeriesPoint is one sample of a fleet's training over time.
@@ -134,7 +138,7 @@ func (t *Tracker) Observe(now time.Time, cur Round, r *Report) *RoundStart {
 	}
 	t.Latest = &Latest{Round: p.Round, Nodes: nodes, WorldSize: world, Step: p.Step, Samples: p.Samples, Loss: p.Loss,
 		TotalSteps: p.TotalSteps, SamplesPerSec: p.SamplesPerSec, StepsPerSec: p.StepsPerSec, At: at,
-		FirstStep: p.FirstStep, FirstAt: firstAt}
+		FirstStep: p.FirstStep, FirstAt: firstAt, Batch: p.Batch, NoiseScale: p.NoiseScale}
 	t.observe(cur, p, at)
 	t.addPoint(now)
 	return start

@@ -147,6 +147,9 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		}
 		if rt.Training != nil {
 			af.Curve = allocator.CurveFromPoints(rt.Training.Points(""))
+			if l := rt.Training.Latest; l != nil {
+				af.Curve = allocator.GoodputCurve(af.Curve, l.NoiseScale, l.Batch, l.Nodes)
+			}
 		}
 		e.pass.Unlock()
 		af.Running, af.Paused, af.PausedByBudget = sa.Admitted, sa.Paused, sa.PausedByBudget
