@@ -254,11 +254,17 @@ func TestProjectsReclaimAndQueue(t *testing.T) {
 		t.Errorf("fleetd_project_spend_usd{project=a} = %v, want > 0", sp)
 	}
 
-	// bravo ends: charlie starts in b's quota; alpha stays at 2.
+	// bravo ends: charlie starts in b's quota once bravo's nodes are
+	// gone (a destroyed fleet's draining nodes hold their GPUs too);
+	// alpha stays at 2.
+	peak = watchPeak(t, mem.Live)
 	if _, err := td.client.Destroy(ctx, "bravo"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "charlie running at 2", 30*time.Second, func() bool { return td.running(t, "charlie", jc) == 2 })
+	if n := peak(); n > 4 {
+		t.Errorf("the provider held %d instances while bravo was destroyed and charlie started, above the pool's 4 GPUs", n)
+	}
 	if q, err := td.client.Queue(ctx); err != nil || len(q.Queue) != 0 {
 		t.Fatalf("queue after charlie started: %+v %v", q, err)
 	}

@@ -164,6 +164,32 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		occ[f.Name] = occupancy{project: af.Project, gpusPerNode: af.GPUsPerNode, live: af.Current, draining: draining,
 			priority: af.Priority, arrivalUnixNanos: af.Arrival.UnixNano()}
 	}
+	// A destroying, completed or stopped fleet is out of the decision,
+	// but its nodes hold their GPUs until they are gone.
+	for _, f := range fleets {
+		if _, ok := specs[f.Name]; ok {
+			continue
+		}
+		fl, err := c.opts.Specs.Spec(f)
+		if err != nil {
+			continue
+		}
+		var nodes []state.Node
+		_ = c.store.View(ctx, func(tx state.Tx) error {
+			var err error
+			nodes, err = tx.Nodes(f.Name)
+			return err
+		})
+		held := 0
+		for _, n := range nodes {
+			if reconcile.Live(n.State) || n.State == state.NodeDraining || n.State == state.NodeTerminating {
+				held++
+			}
+		}
+		if held > 0 {
+			occ[f.Name] = occupancy{project: fl.ProjectName(), gpusPerNode: fl.Node.GPUs, draining: held}
+		}
+	}
 	dec := allocator.Decide(in)
 	p.setDecision(&dec)
 	// A fleet that completed, stopped or is being destroyed has left the
