@@ -98,12 +98,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 			continue
 		}
 		af := allocator.FromSpec(fl)
-		var nodes []state.Node
-		_ = c.store.View(ctx, func(tx state.Tx) error {
-			var err error
-			nodes, err = tx.Nodes(f.Name)
-			return err
-		})
+		nodes := c.storedNodes(ctx, f.Name)
 		rank0 := ""
 		if rz != nil {
 			if st, err := rz.Status(f.Name); err == nil {
@@ -174,14 +169,8 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		if err != nil {
 			continue
 		}
-		var nodes []state.Node
-		_ = c.store.View(ctx, func(tx state.Tx) error {
-			var err error
-			nodes, err = tx.Nodes(f.Name)
-			return err
-		})
 		held := 0
-		for _, n := range nodes {
+		for _, n := range c.storedNodes(ctx, f.Name) {
 			if reconcile.Live(n.State) || n.State == state.NodeDraining || n.State == state.NodeTerminating {
 				held++
 			}
@@ -209,6 +198,18 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 			p.stop(ctx, a.Fleet, why, now)
 		}
 	}
+}
+
+// storedNodes is the fleet's nodes as the store has them (none when it
+// cannot be read: the pass then decides on what it has).
+func (c *Controller) storedNodes(ctx context.Context, fleet string) []state.Node {
+	var nodes []state.Node
+	_ = c.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		nodes, err = tx.Nodes(fleet)
+		return err
+	})
+	return nodes
 }
 
 // stop ends a fleet whose budget is spent under on_exhausted = "stop" once
