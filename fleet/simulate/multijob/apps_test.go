@@ -2,6 +2,7 @@ package multijob
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -94,6 +95,45 @@ func TestLoadAppErrors(t *testing.T) {
 	} {
 		if _, err := LoadApp(tc.dir); err == nil {
 			t.Errorf("%s: loaded", tc.name)
+		}
+	}
+}
+
+// TestYoloLimit: yolov3's limits.csv (8 samples per GPU, measured to 16)
+// leaves a requested batch at its measured step time and makes a batch
+// an adapting policy chose accumulate above 8 per GPU.
+func TestYoloLimit(t *testing.T) {
+	y := loadBundled(t)["yolov3"]
+	if y.MaxLocal != 16 || y.AdaptLocal != 8 || y.SearchLocal != 16 {
+		t.Fatalf("yolov3 per-GPU batches: measured to %g, adapting micro-batch %g, search %g; want 16, 8, 16", y.MaxLocal, y.AdaptLocal, y.SearchLocal)
+	}
+	ad := y.Adapting()
+	if got, want := ad.StepTime(1, 1, 16), 2*y.StepTime(1, 1, 8); !near(got, want) {
+		t.Errorf("adapting step at 16 per GPU %g, want two micro-batches of 8 (%g)", got, want)
+	}
+	if y.StepTime(1, 1, 16) >= ad.StepTime(1, 1, 16) {
+		t.Errorf("a requested 16 per GPU (%g s) should run at its measured step time, below two of 8 (%g s)", y.StepTime(1, 1, 16), ad.StepTime(1, 1, 16))
+	}
+	if c := loadBundled(t)["cifar10"]; c.Adapting() != c {
+		t.Error("an application without limits.csv changed when adapting")
+	}
+	// A limit below every measured batch, or two rows, is refused.
+	for _, body := range []string{"max_local_bsz\n1\n", "max_local_bsz\n8\n8\n"} {
+		dir := t.TempDir()
+		for _, f := range []string{"placements.csv", "scalability.csv", "validation-8.csv"} {
+			b, err := os.ReadFile(filepath.Join(bundled, "traces", "yolov3", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "limits.csv"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadApp(dir); err == nil {
+			t.Errorf("limits.csv %q: loaded", body)
 		}
 	}
 }

@@ -194,6 +194,9 @@ func Run(cfg Config, policy string) (Result, error) {
 		if a == nil {
 			return Result{}, fmt.Errorf("job %s: no model of application %q", j.Name, j.App)
 		}
+		if policy == "fleetd-adaptive" {
+			a = a.Adapting() // its chosen batches accumulate above the app's limit
+		}
 		jobs[i] = &jobState{Job: j, app: a, target: a.Target(), batch: j.Batch, maxBatch: max(a.MaxBatch, j.Batch), batchMemo: map[[2]int]float64{}}
 	}
 	sort.SliceStable(jobs, func(i, k int) bool { return jobs[i].Arrival < jobs[k].Arrival })
@@ -507,7 +510,11 @@ func (p *fleetd) batch(j *jobState, n int) float64 {
 		return b
 	}
 	a := j.app
-	lo, hi := max(a.M0, float64(n)*a.MinLocal), min(j.maxBatch, float64(n)*a.MaxLocal)
+	search := a.SearchLocal
+	if search <= 0 {
+		search = a.MaxLocal
+	}
+	lo, hi := max(a.M0, float64(n)*a.MinLocal), min(j.maxBatch, float64(n)*search)
 	best, bestG := j.Batch, -1.0
 	for k := 0; ; k++ {
 		m := a.M0 * math.Exp2(float64(k)/4)
