@@ -41,9 +41,8 @@ type App struct {
 	MinLocal, MaxLocal float64
 	// AdaptLocal is the most per-GPU samples of one micro-batch when a
 	// batch-size-adapting policy chooses the batch (limits.csv; MaxLocal
-	// without one); SearchLocal bounds the per-GPU batch it may choose
-	// (the measured MaxLocal: above AdaptLocal it accumulates).
-	AdaptLocal, SearchLocal float64
+	// without one): above it the step accumulates.
+	AdaptLocal float64
 	// phi holds the gradient noise scale (samples) per epoch of each
 	// validation file, by batch.
 	phi []phiCurve
@@ -161,7 +160,7 @@ func LoadApp(dir string) (*App, error) {
 // to them, our tiresias is 8–15 % slower than the published one on
 // workloads 2–4).
 func (a *App) loadLimits(dir string) error {
-	a.AdaptLocal, a.SearchLocal = a.MaxLocal, a.MaxLocal
+	a.AdaptLocal = a.MaxLocal
 	path := filepath.Join(dir, "limits.csv")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -104,8 +104,8 @@ func TestLoadAppErrors(t *testing.T) {
 // an adapting policy chose accumulate above 8 per GPU.
 func TestYoloLimit(t *testing.T) {
 	y := loadBundled(t)["yolov3"]
-	if y.MaxLocal != 16 || y.AdaptLocal != 8 || y.SearchLocal != 16 {
-		t.Fatalf("yolov3 per-GPU batches: measured to %g, adapting micro-batch %g, search %g; want 16, 8, 16", y.MaxLocal, y.AdaptLocal, y.SearchLocal)
+	if y.MaxLocal != 16 || y.AdaptLocal != 8 {
+		t.Fatalf("yolov3 per-GPU batches: measured to %g, adapting micro-batch %g; want 16, 8", y.MaxLocal, y.AdaptLocal)
 	}
 	ad := y.Adapting()
 	if got, want := ad.StepTime(1, 1, 16), 2*y.StepTime(1, 1, 8); !near(got, want) {

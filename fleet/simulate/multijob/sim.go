@@ -498,9 +498,10 @@ func (p *fleetd) maxGPUs(j *jobState) int {
 
 // batch is the global batch the job runs at on n GPUs: the requested
 // one, or (adaptive) the one of most goodput on a grid of quarter
-// powers of two between M0 and the largest validated batch, per-GPU
-// batches within the measured ones (memoized per epoch, as the noise
-// scale changes per epoch).
+// powers of two between M0 and the largest validated batch; a per-GPU
+// share above what one micro-batch holds accumulates, as AdaptDL's
+// search allows (memoized per epoch, as the noise scale changes per
+// epoch).
 func (p *fleetd) batch(j *jobState, n int) float64 {
 	if !p.adaptive || n <= 0 {
 		return j.Batch
@@ -510,11 +511,7 @@ func (p *fleetd) batch(j *jobState, n int) float64 {
 		return b
 	}
 	a := j.app
-	search := a.SearchLocal
-	if search <= 0 {
-		search = a.MaxLocal
-	}
-	lo, hi := max(a.M0, float64(n)*a.MinLocal), min(j.maxBatch, float64(n)*search)
+	lo, hi := max(a.M0, float64(n)*a.MinLocal), j.maxBatch
 	best, bestG := j.Batch, -1.0
 	for k := 0; ; k++ {
 		m := a.M0 * math.Exp2(float64(k)/4)
