@@ -423,6 +423,11 @@ func runChaos(t *testing.T, bin string, c chaosConfig, seed uint64) chaosReport 
 		}
 	}
 	rep.duration = time.Since(start)
+	// The loop samples the checkpoint before it reads the status: the
+	// last step's checkpoint and the completion can land between the two.
+	if _, err := ck.sample(); err != nil {
+		fail("%v", err)
+	}
 	if !last.Succeeded {
 		t.Fatalf("seed %d: job completed without success: %s", seed, briefStatus(last))
 	}
