@@ -207,7 +207,10 @@ func (e *elastic) peerFor(ctx context.Context, d agentwire.DataConfig) (stageSou
 	err := e.dc.post(ctx, "staging/peer", agentwire.PeerStagingRequest{Source: d.Source, MountPath: d.MountPath}, &p)
 	if err != nil {
 		var se *statusError
-		if !errors.As(err, &se) || se.Code != http.StatusNotFound {
+		if errors.As(err, &se) && se.Code == http.StatusNotFound {
+			// No peer, or the source is expected to cost less: the daemon says which.
+			e.a.log.Info("copying from the source, not a peer", "why", se.Body)
+		} else {
 			e.a.log.Warn("asking the daemon for a staging peer failed; copying from the source", "err", err)
 		}
 		return nil, "", false

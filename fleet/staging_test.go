@@ -77,6 +77,21 @@ func TestStagingPeerAndStatus(t *testing.T) {
 	if strings.Contains(p.Grant.MAC, sd.NodeToken("train", a.ID)) {
 		t.Fatal("the grant leaks A's token")
 	}
+	if !strings.Contains(p.Reason, "(assumed)") {
+		t.Errorf("peer reason %q: want the expected costs, the peer's rate assumed", p.Reason)
+	}
+	// The source measured at 5 GB/s, free from this region: faster than a
+	// peer is expected to be, so B copies from the source, and is told why.
+	report(tokA, a.ID, agentwire.StagingReport{Source: "s3://corpus/tokens", MountPath: "/data", From: "bucket", Bytes: 4 << 30, Total: 4 << 30, RateBps: 5e9, Done: true, PeerURL: "http://127.0.0.21:7790"})
+	code, body, _ = sd.call(t, http.MethodPost, "/v1/agent/train/"+b.ID+"/staging/peer", tokB,
+		[]byte(`{"source":"s3://corpus/tokens?endpoint=http://127.0.0.1:1","mount_path":"/data"}`))
+	if code != http.StatusNotFound || !strings.Contains(string(body), "from the source") || !strings.Contains(string(body), "5.00 GB/s (measured)") {
+		t.Fatalf("peer with a fast source: %d %s; want 404 saying the source costs less", code, body)
+	}
+	report(tokA, a.ID, agentwire.StagingReport{Source: "s3://corpus/tokens", MountPath: "/data", From: "bucket", Bytes: 4 << 30, Total: 4 << 30, RateBps: 2e8, Done: true, PeerURL: "http://127.0.0.21:7790"})
+	if code, p := askPeer(); code != 200 || p.Node != a.ID {
+		t.Fatalf("peer with a slow source: %d %+v", code, p)
+	}
 	// A node never gets itself as a peer, nor a copy of another source.
 	if code, _, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+a.ID+"/staging/peer", tokA, []byte(`{"source":"s3://corpus/tokens","mount_path":"/data"}`)); code != http.StatusNotFound {
 		t.Fatalf("A asking for its own copy: %d", code)

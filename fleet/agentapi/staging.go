@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/state"
 )
@@ -72,6 +73,27 @@ func (a *API) Staging(fleetName, node string) []api.StagingReport {
 	return out
 }
 
+// sourcePerGB is the transfer price per GB of reading the staged source
+// (as reports name it, redacted) from node me's region: the egress table
+// placement prices data with; 0 when the fleet's spec does not say.
+func (a *API) sourcePerGB(f state.Fleet, src string, me state.Node) float64 {
+	fl, err := a.deps.FleetSpec(f)
+	if err != nil {
+		return 0
+	}
+	d := placement.DataCostFor(fl)
+	if d == nil {
+		return 0
+	}
+	for _, s := range d.Sets {
+		if redactStore(s.Data.Source) == src {
+			perGB, _ := d.Egress.Rate(s.Location(), placement.Location{Cloud: me.Offering.Provider, Region: me.Offering.Region})
+			return perGB
+		}
+	}
+	return 0
+}
+
 // dataConfig is training.data as the agent needs it.
 func dataConfig(data []spec.Data) []api.DataConfig {
 	out := make([]api.DataConfig, 0, len(data))
@@ -101,8 +123,12 @@ func (a *API) stagingPeer(w http.ResponseWriter, r *http.Request) {
 	fleetName, nodeID := r.PathValue("fleet"), r.PathValue("node")
 	var me state.Node
 	var nodes []state.Node
+	var f state.Fleet
 	err := a.deps.View(r.Context(), func(tx state.Tx) error {
 		var err error
+		if f, err = tx.Fleet(fleetName); err != nil {
+			return err
+		}
 		if me, err = tx.Node(fleetName, nodeID); err != nil {
 			return err
 		}
@@ -127,11 +153,25 @@ func (a *API) stagingPeer(w http.ResponseWriter, r *http.Request) {
 		if !ok || !e.r.Done || e.r.Error != "" || e.r.Source != src || e.r.PeerURL == "" {
 			continue
 		}
+		// Peer or source: by the copy's expected cost at the rates the
+		// fleet's nodes measured (the node's paid time while it copies,
+		// and the source's transfer price to its region).
+		var reports []api.StagingReport
+		for _, blocks := range a.stagings.m[fleetName] {
+			if b, ok := blocks[req.MountPath]; ok && b.r.Source == src {
+				reports = append(reports, b.r)
+			}
+		}
+		peer, why := preferPeer(float64(e.r.Total), me.Offering.PricePerHour, a.sourcePerGB(f, src, me), measuredRates(reports))
+		if !peer {
+			api.WriteError(w, http.StatusNotFound, fmt.Errorf("copy %s from the source, not from %s: it is expected to cost less (%s)", src, c.ID, why))
+			return
+		}
 		exp := now.Add(peerGrantFor).Unix()
 		mac := agentwire.PeerMAC(NodeToken(a.secret, fleetName, c.ID, c.CreatedAt), me.ID, exp)
 		api.WriteJSON(w, http.StatusOK, api.PeerStaging{Node: c.ID, URL: e.r.PeerURL,
 			Grant:  agentwire.PeerGrant{Requester: me.ID, Expires: exp, MAC: mac},
-			Reason: fmt.Sprintf("%s has %s staged in zone %s: no transfer charge, and a peer outpaces the bucket", c.ID, src, c.Offering.Zone)})
+			Reason: fmt.Sprintf("%s has %s staged in zone %s, at no transfer charge: %s", c.ID, src, c.Offering.Zone, why)})
 		return
 	}
 	api.WriteError(w, http.StatusNotFound, fmt.Errorf("no node in zone %s has a finished copy of %s", me.Offering.Zone, src))
