@@ -12,9 +12,9 @@ func TestMeasuredRates(t *testing.T) {
 		{From: "bucket", Done: true, Bytes: 10, RateBps: 100},
 		{From: "bucket", Done: true, Bytes: 10, RateBps: 300},
 		{From: "node-2", Done: true, Bytes: 10, RateBps: 50},
-		{From: "bucket", Done: false, Bytes: 5, RateBps: 1e9},                   // still copying
+		{From: "bucket", Done: false, Bytes: 5, RateBps: 1e9},                     // still copying
 		{From: "node-3", Done: true, Bytes: 10, RateBps: 1e9, Error: "peer gone"}, // failed
-		{From: "bucket", Done: true, Bytes: 0, RateBps: 1e9},                    // empty
+		{From: "bucket", Done: true, Bytes: 0, RateBps: 1e9},                      // empty
 	})
 	if r.bucketN != 2 || r.bucketBps != 200 || r.peerN != 1 || r.peerBps != 50 {
 		t.Fatalf("rates %+v, want bucket 200 B/s over 2, peer 50 over 1", r)
