@@ -48,7 +48,7 @@ type CheckOptions struct {
 	// FileSystems are the fleet's file-system datasets of this provider's
 	// cloud (training.data blocks with fsx://, efs://, filestore://
 	// sources): check that each exists, lies where the job may run and
-	// that the nodes may reach it.
+	// that the nodes may reach it. Quick runs skip them.
 	FileSystems []FileSystemCheck `json:"file_systems,omitempty"`
 }
 
