@@ -53,7 +53,7 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 	if err != nil {
 		return nil, err
 	}
-	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network}
+	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network, fileSystems: opts.FileSystems}
 	k.run(ctx)
 	return k.rows, nil
 }
@@ -66,6 +66,8 @@ type checker struct {
 	nodes int
 	// network: the fleet uses the fast network (networkRows).
 	network bool
+	// fileSystems are the fleet's datasets to verify (filestoreRows).
+	fileSystems []providers.FileSystemCheck
 
 	// principal is the IAM member the credentials act as
 	// ("serviceAccount:x@p.iam.gserviceaccount.com"), "" when unknown.
@@ -111,6 +113,7 @@ func (k *checker) run(ctx context.Context) {
 	if k.network {
 		k.networkRows(ctx)
 	}
+	k.filestoreRows(ctx)
 	k.permissionRows(ctx)
 	k.pricesRow(ctx)
 }
