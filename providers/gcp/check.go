@@ -1029,13 +1029,19 @@ func (k *checker) ownProject(path string) bool {
 // plain-http Compute endpoint (a local fake serves every API), else the
 // public one. iamBase follows the same rule.
 func (k *checker) rmBase() string {
+	return k.apiBase(k.c.ResourceManagerEndpoint, ResourceManagerEndpoint)
+}
+
+// apiBase is the endpoint of an API other than Compute Engine: the
+// block's override, else a plain-http Compute endpoint, else public.
+func (k *checker) apiBase(override, public string) string {
 	switch {
-	case k.c.ResourceManagerEndpoint != "":
-		return k.c.ResourceManagerEndpoint
+	case override != "":
+		return override
 	case plainHTTP(k.c.Endpoint):
 		return k.c.Endpoint
 	}
-	return ResourceManagerEndpoint
+	return public
 }
 
 func (k *checker) iamBase() string {

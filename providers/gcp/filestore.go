@@ -23,17 +23,8 @@ const FilestoreEndpoint = "https://file.googleapis.com/"
 // and share in the block's project, its state, its location against the
 // zones the job may use, and its network against the nodes'.
 
-// filestoreBase is the Filestore endpoint: the block's override, else a
-// plain-http Compute endpoint (a local fake or proxy), else the public one.
-func (k *checker) filestoreBase() string {
-	switch {
-	case k.c.FilestoreEndpoint != "":
-		return k.c.FilestoreEndpoint
-	case plainHTTP(k.c.Endpoint):
-		return k.c.Endpoint
-	}
-	return FilestoreEndpoint
-}
+// filestoreBase is the Filestore endpoint (apiBase).
+func (k *checker) filestoreBase() string { return k.apiBase(k.c.FilestoreEndpoint, FilestoreEndpoint) }
 
 // filestoreRows adds the rows of every Filestore dataset.
 func (k *checker) filestoreRows(ctx context.Context) {
