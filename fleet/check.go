@@ -90,7 +90,7 @@ func (d *checker) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Pro
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	rs, err := c.Check(cctx, providers.Config{Fleet: fl.Name, Raw: pb.Config}, providers.CheckOptions{Quick: quick, TargetNodes: fl.TargetNodes(),
-		Network: fl.Node.NetworkMode() != spec.NetworkStandard})
+		Network: fl.Node.NetworkMode() != spec.NetworkStandard, FileSystems: fileSystemChecks(fl, pb.Name)})
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		pc.Note = "provider has no preflight check"
@@ -103,6 +103,25 @@ func (d *checker) checkProvider(ctx context.Context, fl *spec.Fleet, pb spec.Pro
 		pc.Results = append(pc.Results, d.agentBinaryRows(cctx, fl, pb, p)...)
 	}
 	return pc
+}
+
+// fileSystemChecks are the file systems of fl's data blocks that live in
+// provider's cloud, for its preflight to verify; nil when none.
+func fileSystemChecks(fl *spec.Fleet, provider string) []providers.FileSystemCheck {
+	var out []providers.FileSystemCheck
+	for _, d := range fl.Training.Data {
+		src, err := spec.ParseDataSource(d.Source)
+		if err != nil || !src.FileSystem() || src.Cloud() != provider {
+			continue
+		}
+		fc := providers.FileSystemCheck{Source: d.Source, Scheme: src.Scheme, Host: src.Host, Path: src.Path, Region: d.Region, Zone: d.Zone}
+		if d.ZonePolicy == spec.ZoneRequired && d.Zone != "" {
+			// Placement keeps the job in that zone only.
+			fc.Zones = []string{d.Zone}
+		}
+		out = append(out, fc)
+	}
+	return out
 }
 
 // agentBinaryRows are the `fleetd check` rows of the agent binaries a

@@ -93,7 +93,8 @@ func (c *GRPCClient) Check(ctx context.Context, cfg providers.Config, opts provi
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.rpc.Check(ctx, &providerv1.CheckRequest{Config: configToPB(cfg), Quick: opts.Quick, TargetNodes: n, Network: opts.Network})
+	resp, err := c.rpc.Check(ctx, &providerv1.CheckRequest{Config: configToPB(cfg), Quick: opts.Quick, TargetNodes: n, Network: opts.Network,
+		FileSystems: fileSystemsToPB(opts.FileSystems)})
 	if err != nil {
 		return nil, statusToError(ctx, "Check", err)
 	}

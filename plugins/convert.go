@@ -199,6 +199,30 @@ func eachOrErr[A, B any](as []A, conv func(A) (B, error), what func(i int, a A) 
 	return out, nil
 }
 
+func fileSystemsToPB(fs []providers.FileSystemCheck) []*providerv1.FileSystemCheck {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]*providerv1.FileSystemCheck, len(fs))
+	for i, f := range fs {
+		out[i] = &providerv1.FileSystemCheck{Source: f.Source, Scheme: f.Scheme, Host: f.Host, Path: f.Path,
+			Region: f.Region, Zone: f.Zone, Zones: f.Zones}
+	}
+	return out
+}
+
+func fileSystemsFromPB(fs []*providerv1.FileSystemCheck) []providers.FileSystemCheck {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]providers.FileSystemCheck, len(fs))
+	for i, f := range fs {
+		out[i] = providers.FileSystemCheck{Source: f.GetSource(), Scheme: f.GetScheme(), Host: f.GetHost(), Path: f.GetPath(),
+			Region: f.GetRegion(), Zone: f.GetZone(), Zones: f.GetZones()}
+	}
+	return out
+}
+
 func checkResultsToPB(rs []providers.CheckResult) []*providerv1.CheckResult {
 	return each(rs, func(r providers.CheckResult) *providerv1.CheckResult {
 		return &providerv1.CheckResult{Check: r.Check, Scope: r.Scope, Status: string(r.Status), Detail: r.Detail, Fix: r.Fix}

@@ -320,12 +320,16 @@ func TestCheckAndScoresOverGRPC(t *testing.T) {
 	}
 	cp := &checking{Provider: providertest.NewMemProvider()}
 	client, _, _ = serveInProcess(t, cp)
-	rs, err := client.Check(testCtx(t), providers.Config{}, providers.CheckOptions{Quick: true, TargetNodes: 5})
+	opts := providers.CheckOptions{Quick: true, TargetNodes: 5, Network: true, FileSystems: []providers.FileSystemCheck{
+		{Source: "fsx://fs-0123456789abcdef0", Scheme: "fsx", Host: "fs-0123456789abcdef0", Region: "us-east-1", Zone: "us-east-1a", Zones: []string{"us-east-1a"}},
+		{Source: "filestore://10.0.0.2/share", Scheme: "filestore", Host: "10.0.0.2", Path: "/share", Region: "us-central1"},
+	}}
+	rs, err := client.Check(testCtx(t), providers.Config{}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cp.got.Quick || cp.got.TargetNodes != 5 {
-		t.Errorf("options arrived as %+v", cp.got)
+	if !reflect.DeepEqual(cp.got, opts) {
+		t.Errorf("options arrived as %+v, want %+v", cp.got, opts)
 	}
 	want, _ := cp.Check(testCtx(t), providers.Config{}, providers.CheckOptions{})
 	if !reflect.DeepEqual(rs, want) {

@@ -137,7 +137,8 @@ func (s *grpcServer) Check(ctx context.Context, req *providerv1.CheckRequest) (r
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, fmt.Sprintf("provider %T has no preflight check", s.p))
 	}
-	rs, err := cp.Check(ctx, configFromPB(req.GetConfig()), providers.CheckOptions{Quick: req.GetQuick(), TargetNodes: int(req.GetTargetNodes()), Network: req.GetNetwork()})
+	rs, err := cp.Check(ctx, configFromPB(req.GetConfig()), providers.CheckOptions{Quick: req.GetQuick(), TargetNodes: int(req.GetTargetNodes()), Network: req.GetNetwork(),
+		FileSystems: fileSystemsFromPB(req.GetFileSystems())})
 	if err != nil {
 		return nil, errorToStatus(err)
 	}

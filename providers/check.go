@@ -45,6 +45,33 @@ type CheckOptions struct {
 	// security-group rules, placement-group permissions, the addressing
 	// it implies.
 	Network bool `json:"network,omitempty"`
+	// FileSystems are the fleet's file-system datasets of this provider's
+	// cloud (training.data blocks with fsx://, efs://, filestore://
+	// sources): check that each exists, lies where the job may run and
+	// that the nodes may reach it. Quick runs skip them.
+	FileSystems []FileSystemCheck `json:"file_systems,omitempty"`
+}
+
+// FileSystemCheck is one file system the fleet mounts, as its data block
+// says (providers stay free of the spec's types).
+type FileSystemCheck struct {
+	// Source is the data block's source URL, e.g. "fsx://fs-0123…",
+	// "filestore://10.0.0.2/share"; the rows name it.
+	Source string `json:"source"`
+	// Scheme is the source's scheme ("fsx", "efs", "filestore"); Host the
+	// file system id or the instance's IP address; Path the share or
+	// export ("" when the scheme has none).
+	Scheme string `json:"scheme"`
+	Host   string `json:"host"`
+	Path   string `json:"path,omitempty"`
+	// Region and Zone are where the data block says it lives.
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	// Zones, when set, are the only zones the fleet lets the job use
+	// (zone_policy = "required" pins it to Zone); the provider narrows it
+	// further to its block's configured zones. Empty: any zone the block
+	// uses.
+	Zones []string `json:"zones,omitempty"`
 }
 
 // Checker is implemented by providers that can verify, without launching

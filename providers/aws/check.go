@@ -76,6 +76,7 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 		}
 	}
 	if !opts.Quick {
+		out = append(out, p.checkFileSystems(ctx, b, opts.FileSystems)...)
 		out = append(out, p.checkTypesOffered(ctx, b)...)
 		out = append(out, checkQueues(ctx, cfg, b)...)
 		if r, ok := p.checkPricing(ctx, b); ok {

@@ -36,6 +36,10 @@ type block struct {
 	PricingEndpoint string `json:"pricing_endpoint"`
 	// ServiceQuotasEndpoint overrides the Service Quotas endpoint (`fleetd check`).
 	ServiceQuotasEndpoint string `json:"service_quotas_endpoint"`
+	// FSxEndpoint and EFSEndpoint override the FSx and EFS endpoints
+	// (`fleetd check` of file-system datasets).
+	FSxEndpoint string `json:"fsx_endpoint"`
+	EFSEndpoint string `json:"efs_endpoint"`
 	// PlacementScoreCapacity is the target capacity (instances) spot
 	// placement scores are asked for; 0 means 1.
 	PlacementScoreCapacity int `json:"placement_score_capacity"`
@@ -93,7 +97,8 @@ func decodeBlock(cfg providers.Config) (block, error) {
 	if b.PlacementScoreCapacity < 0 || b.PlacementScoreCapacity > 10000 {
 		bad("placement_score_capacity: %d, want 1..10000 instances", b.PlacementScoreCapacity)
 	}
-	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}, {"service_quotas_endpoint", b.ServiceQuotasEndpoint}, {"pricing_endpoint", b.PricingEndpoint}} {
+	for _, ep := range []struct{ name, v string }{{"endpoint", b.Endpoint}, {"sqs_endpoint", b.SQSEndpoint}, {"service_quotas_endpoint", b.ServiceQuotasEndpoint}, {"pricing_endpoint", b.PricingEndpoint},
+		{"fsx_endpoint", b.FSxEndpoint}, {"efs_endpoint", b.EFSEndpoint}} {
 		if ep.v == "" {
 			continue
 		}

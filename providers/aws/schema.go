@@ -24,5 +24,7 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the EC2 endpoint URL (testing, VPC endpoints)."},
 	{Name: "service_quotas_endpoint", Type: providers.TypeString, Description: "Override the Service Quotas endpoint URL used by `fleetd check` (testing, VPC endpoints)."},
 	{Name: "pricing_endpoint", Type: providers.TypeString, Description: "Override the AWS Price List Query API endpoint URL (testing, VPC endpoints); default the us-east-1 endpoint."},
+	{Name: "fsx_endpoint", Type: providers.TypeString, Description: "Override the FSx endpoint URL used by `fleetd check` for fsx:// data (testing, VPC endpoints)."},
+	{Name: "efs_endpoint", Type: providers.TypeString, Description: "Override the EFS endpoint URL used by `fleetd check` for efs:// data (testing, VPC endpoints)."},
 	{Name: "sqs_endpoint", Type: providers.TypeString, Description: "Override the SQS endpoint URL used for interruption_queue (testing, VPC endpoints)."},
 }}

@@ -53,7 +53,7 @@ func (p *Provider) Check(ctx context.Context, cfg providers.Config, opts provide
 	if err != nil {
 		return nil, err
 	}
-	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network}
+	k := &checker{p: p, c: c, quick: opts.Quick, nodes: max(opts.TargetNodes, 1), network: opts.Network, fileSystems: opts.FileSystems}
 	k.run(ctx)
 	return k.rows, nil
 }
@@ -66,6 +66,8 @@ type checker struct {
 	nodes int
 	// network: the fleet uses the fast network (networkRows).
 	network bool
+	// fileSystems are the fleet's datasets to verify (filestoreRows).
+	fileSystems []providers.FileSystemCheck
 
 	// principal is the IAM member the credentials act as
 	// ("serviceAccount:x@p.iam.gserviceaccount.com"), "" when unknown.
@@ -111,6 +113,7 @@ func (k *checker) run(ctx context.Context) {
 	if k.network {
 		k.networkRows(ctx)
 	}
+	k.filestoreRows(ctx)
 	k.permissionRows(ctx)
 	k.pricesRow(ctx)
 }
@@ -1026,13 +1029,19 @@ func (k *checker) ownProject(path string) bool {
 // plain-http Compute endpoint (a local fake serves every API), else the
 // public one. iamBase follows the same rule.
 func (k *checker) rmBase() string {
+	return k.apiBase(k.c.ResourceManagerEndpoint, ResourceManagerEndpoint)
+}
+
+// apiBase is the endpoint of an API other than Compute Engine: the
+// block's override, else a plain-http Compute endpoint, else public.
+func (k *checker) apiBase(override, public string) string {
 	switch {
-	case k.c.ResourceManagerEndpoint != "":
-		return k.c.ResourceManagerEndpoint
+	case override != "":
+		return override
 	case plainHTTP(k.c.Endpoint):
 		return k.c.Endpoint
 	}
-	return ResourceManagerEndpoint
+	return public
 }
 
 func (k *checker) iamBase() string {

@@ -48,6 +48,10 @@ type config struct {
 	// BillingEndpoint is where prices are read (the Cloud Billing
 	// Catalog API); "" is the public endpoint.
 	BillingEndpoint string `json:"billing_endpoint"`
+	// FilestoreEndpoint is where `fleetd check` lists Filestore
+	// instances (filestore:// data); "" follows endpoint when it is
+	// plain http, else the public endpoint.
+	FilestoreEndpoint string `json:"filestore_endpoint"`
 }
 
 // accelerator is the GPU attached to N1 machine types.
@@ -117,7 +121,7 @@ func decodeConfig(cfg providers.Config) (*config, error) {
 	if c.DiskType != "" && !typeRE.MatchString(c.DiskType) {
 		bad("disk_type: %q is not a disk type name like \"pd-balanced\"", c.DiskType)
 	}
-	for _, e := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"resource_manager_endpoint", c.ResourceManagerEndpoint}, {"billing_endpoint", c.BillingEndpoint}} {
+	for _, e := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"resource_manager_endpoint", c.ResourceManagerEndpoint}, {"billing_endpoint", c.BillingEndpoint}, {"filestore_endpoint", c.FilestoreEndpoint}} {
 		if e.url == "" {
 			continue
 		}

@@ -25,4 +25,5 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 	{Name: "endpoint", Type: providers.TypeString, Description: "Override the Compute Engine endpoint URL (testing)."},
 	{Name: "resource_manager_endpoint", Type: providers.TypeString, Description: "Override the Cloud Resource Manager endpoint URL `fleetd check` tests permissions at (default: the public API, or endpoint when that is plain http)."},
 	{Name: "billing_endpoint", Type: providers.TypeString, Description: "Override the Cloud Billing Catalog API endpoint URL prices are read from (testing, proxies); a block with a plain-http endpoint and no billing_endpoint uses the bundled prices."},
+	{Name: "filestore_endpoint", Type: providers.TypeString, Description: "Override the Cloud Filestore API endpoint URL `fleetd check` lists instances at for filestore:// data (testing, proxies); default: endpoint when it is plain http, else the public endpoint."},
 }}

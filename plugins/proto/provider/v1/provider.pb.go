@@ -1406,7 +1406,10 @@ type CheckRequest struct {
 	// The fleet's size, for quota checks; 0 means 1.
 	TargetNodes int32 `protobuf:"varint,3,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
 	// The fleet uses the fast network: check what it needs.
-	Network       bool `protobuf:"varint,4,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,4,opt,name=network,proto3" json:"network,omitempty"`
+	// The fleet's file-system datasets of this provider's cloud: check
+	// each exists, where it lies and that the nodes may reach it.
+	FileSystems   []*FileSystemCheck `protobuf:"bytes,5,rep,name=file_systems,json=fileSystems,proto3" json:"file_systems,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1469,6 +1472,113 @@ func (x *CheckRequest) GetNetwork() bool {
 	return false
 }
 
+func (x *CheckRequest) GetFileSystems() []*FileSystemCheck {
+	if x != nil {
+		return x.FileSystems
+	}
+	return nil
+}
+
+// FileSystemCheck is one file system a fleet mounts (a training.data
+// block with an fsx://, efs:// or filestore:// source).
+type FileSystemCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The data block's source URL.
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// fsx, efs, filestore.
+	Scheme string `protobuf:"bytes,2,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	// The file system id, or the Filestore instance's IP address.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The share or export; empty when the scheme has none.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Where the data block says it lives.
+	Region string `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
+	Zone   string `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	// When set, the only zones the fleet lets the job use.
+	Zones         []string `protobuf:"bytes,7,rep,name=zones,proto3" json:"zones,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileSystemCheck) Reset() {
+	*x = FileSystemCheck{}
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileSystemCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileSystemCheck) ProtoMessage() {}
+
+func (x *FileSystemCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileSystemCheck.ProtoReflect.Descriptor instead.
+func (*FileSystemCheck) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *FileSystemCheck) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *FileSystemCheck) GetZones() []string {
+	if x != nil {
+		return x.Zones
+	}
+	return nil
+}
+
 type ReleaseNetworkRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        *Config                `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
@@ -1479,7 +1589,7 @@ type ReleaseNetworkRequest struct {
 
 func (x *ReleaseNetworkRequest) Reset() {
 	*x = ReleaseNetworkRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	mi := &file_provider_v1_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1601,7 @@ func (x *ReleaseNetworkRequest) String() string {
 func (*ReleaseNetworkRequest) ProtoMessage() {}
 
 func (x *ReleaseNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[24]
+	mi := &file_provider_v1_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1614,7 @@ func (x *ReleaseNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseNetworkRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseNetworkRequest) GetConfig() *Config {
@@ -1529,7 +1639,7 @@ type ReleaseNetworkResponse struct {
 
 func (x *ReleaseNetworkResponse) Reset() {
 	*x = ReleaseNetworkResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[25]
+	mi := &file_provider_v1_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1651,7 @@ func (x *ReleaseNetworkResponse) String() string {
 func (*ReleaseNetworkResponse) ProtoMessage() {}
 
 func (x *ReleaseNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[25]
+	mi := &file_provider_v1_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1664,7 @@ func (x *ReleaseNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseNetworkResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{26}
 }
 
 type CheckResult struct {
@@ -1571,7 +1681,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_provider_v1_provider_proto_msgTypes[26]
+	mi := &file_provider_v1_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1693,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[26]
+	mi := &file_provider_v1_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1706,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckResult) GetCheck() string {
@@ -1643,7 +1753,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_provider_v1_provider_proto_msgTypes[27]
+	mi := &file_provider_v1_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1765,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[27]
+	mi := &file_provider_v1_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1778,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckResponse) GetResults() []*CheckResult {
@@ -1698,7 +1808,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_provider_v1_provider_proto_msgTypes[28]
+	mi := &file_provider_v1_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1820,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[28]
+	mi := &file_provider_v1_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1833,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1874,12 +1984,21 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x128\n" +
 	"\x04info\x18\x03 \x01(\v2$.fleetd.provider.v1.InterruptionInfoR\x04info\"\x13\n" +
-	"\x11InterruptResponse\"\x95\x01\n" +
+	"\x11InterruptResponse\"\xdd\x01\n" +
 	"\fCheckRequest\x122\n" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
 	"\x05quick\x18\x02 \x01(\bR\x05quick\x12!\n" +
 	"\ftarget_nodes\x18\x03 \x01(\x05R\vtargetNodes\x12\x18\n" +
-	"\anetwork\x18\x04 \x01(\bR\anetwork\"a\n" +
+	"\anetwork\x18\x04 \x01(\bR\anetwork\x12F\n" +
+	"\ffile_systems\x18\x05 \x03(\v2#.fleetd.provider.v1.FileSystemCheckR\vfileSystems\"\xab\x01\n" +
+	"\x0fFileSystemCheck\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
+	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n" +
+	"\x06region\x18\x05 \x01(\tR\x06region\x12\x12\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05zones\x18\a \x03(\tR\x05zones\"a\n" +
 	"\x15ReleaseNetworkRequest\x122\n" +
 	"\x06config\x18\x01 \x01(\v2\x1a.fleetd.provider.v1.ConfigR\x06config\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\"\x18\n" +
@@ -1922,7 +2041,7 @@ func file_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_provider_v1_provider_proto_rawDescData
 }
 
-var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_provider_v1_provider_proto_goTypes = []any{
 	(*Config)(nil),                 // 0: fleetd.provider.v1.Config
 	(*Attribute)(nil),              // 1: fleetd.provider.v1.Attribute
@@ -1948,33 +2067,34 @@ var file_provider_v1_provider_proto_goTypes = []any{
 	(*InterruptRequest)(nil),       // 21: fleetd.provider.v1.InterruptRequest
 	(*InterruptResponse)(nil),      // 22: fleetd.provider.v1.InterruptResponse
 	(*CheckRequest)(nil),           // 23: fleetd.provider.v1.CheckRequest
-	(*ReleaseNetworkRequest)(nil),  // 24: fleetd.provider.v1.ReleaseNetworkRequest
-	(*ReleaseNetworkResponse)(nil), // 25: fleetd.provider.v1.ReleaseNetworkResponse
-	(*CheckResult)(nil),            // 26: fleetd.provider.v1.CheckResult
-	(*CheckResponse)(nil),          // 27: fleetd.provider.v1.CheckResponse
-	(*ErrorDetail)(nil),            // 28: fleetd.provider.v1.ErrorDetail
-	nil,                            // 29: fleetd.provider.v1.NetworkRequest.GroupTagsEntry
-	nil,                            // 30: fleetd.provider.v1.LaunchRequest.TagsEntry
-	nil,                            // 31: fleetd.provider.v1.Instance.TagsEntry
-	nil,                            // 32: fleetd.provider.v1.ListRequest.TagsEntry
-	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
+	(*FileSystemCheck)(nil),        // 24: fleetd.provider.v1.FileSystemCheck
+	(*ReleaseNetworkRequest)(nil),  // 25: fleetd.provider.v1.ReleaseNetworkRequest
+	(*ReleaseNetworkResponse)(nil), // 26: fleetd.provider.v1.ReleaseNetworkResponse
+	(*CheckResult)(nil),            // 27: fleetd.provider.v1.CheckResult
+	(*CheckResponse)(nil),          // 28: fleetd.provider.v1.CheckResponse
+	(*ErrorDetail)(nil),            // 29: fleetd.provider.v1.ErrorDetail
+	nil,                            // 30: fleetd.provider.v1.NetworkRequest.GroupTagsEntry
+	nil,                            // 31: fleetd.provider.v1.LaunchRequest.TagsEntry
+	nil,                            // 32: fleetd.provider.v1.Instance.TagsEntry
+	nil,                            // 33: fleetd.provider.v1.ListRequest.TagsEntry
+	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 35: google.protobuf.Duration
 }
 var file_provider_v1_provider_proto_depIdxs = []int32{
 	1,  // 0: fleetd.provider.v1.ConfigSchema.attributes:type_name -> fleetd.provider.v1.Attribute
-	33, // 1: fleetd.provider.v1.Offering.price_as_of:type_name -> google.protobuf.Timestamp
+	34, // 1: fleetd.provider.v1.Offering.price_as_of:type_name -> google.protobuf.Timestamp
 	4,  // 2: fleetd.provider.v1.Offering.network:type_name -> fleetd.provider.v1.NetworkInfo
-	29, // 3: fleetd.provider.v1.NetworkRequest.group_tags:type_name -> fleetd.provider.v1.NetworkRequest.GroupTagsEntry
+	30, // 3: fleetd.provider.v1.NetworkRequest.group_tags:type_name -> fleetd.provider.v1.NetworkRequest.GroupTagsEntry
 	3,  // 4: fleetd.provider.v1.LaunchRequest.offering:type_name -> fleetd.provider.v1.Offering
-	30, // 5: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
+	31, // 5: fleetd.provider.v1.LaunchRequest.tags:type_name -> fleetd.provider.v1.LaunchRequest.TagsEntry
 	5,  // 6: fleetd.provider.v1.LaunchRequest.network:type_name -> fleetd.provider.v1.NetworkRequest
-	33, // 7: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
+	34, // 7: fleetd.provider.v1.InterruptionInfo.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 8: fleetd.provider.v1.Instance.offering:type_name -> fleetd.provider.v1.Offering
-	31, // 9: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
-	33, // 10: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
+	32, // 9: fleetd.provider.v1.Instance.tags:type_name -> fleetd.provider.v1.Instance.TagsEntry
+	34, // 10: fleetd.provider.v1.Instance.launched_at:type_name -> google.protobuf.Timestamp
 	7,  // 11: fleetd.provider.v1.Instance.interruption:type_name -> fleetd.provider.v1.InterruptionInfo
 	2,  // 12: fleetd.provider.v1.InfoResponse.schema:type_name -> fleetd.provider.v1.ConfigSchema
-	34, // 13: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
+	35, // 13: fleetd.provider.v1.InfoResponse.notice_lead:type_name -> google.protobuf.Duration
 	0,  // 14: fleetd.provider.v1.OfferingsRequest.config:type_name -> fleetd.provider.v1.Config
 	3,  // 15: fleetd.provider.v1.OfferingsResponse.offerings:type_name -> fleetd.provider.v1.Offering
 	0,  // 16: fleetd.provider.v1.CreateRequest.config:type_name -> fleetd.provider.v1.Config
@@ -1983,38 +2103,39 @@ var file_provider_v1_provider_proto_depIdxs = []int32{
 	0,  // 19: fleetd.provider.v1.GetRequest.config:type_name -> fleetd.provider.v1.Config
 	8,  // 20: fleetd.provider.v1.GetResponse.instance:type_name -> fleetd.provider.v1.Instance
 	0,  // 21: fleetd.provider.v1.ListRequest.config:type_name -> fleetd.provider.v1.Config
-	32, // 22: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
+	33, // 22: fleetd.provider.v1.ListRequest.tags:type_name -> fleetd.provider.v1.ListRequest.TagsEntry
 	8,  // 23: fleetd.provider.v1.ListResponse.instances:type_name -> fleetd.provider.v1.Instance
 	0,  // 24: fleetd.provider.v1.DeleteRequest.config:type_name -> fleetd.provider.v1.Config
 	0,  // 25: fleetd.provider.v1.InterruptRequest.config:type_name -> fleetd.provider.v1.Config
 	7,  // 26: fleetd.provider.v1.InterruptRequest.info:type_name -> fleetd.provider.v1.InterruptionInfo
 	0,  // 27: fleetd.provider.v1.CheckRequest.config:type_name -> fleetd.provider.v1.Config
-	0,  // 28: fleetd.provider.v1.ReleaseNetworkRequest.config:type_name -> fleetd.provider.v1.Config
-	26, // 29: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
-	34, // 30: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	9,  // 31: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
-	11, // 32: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
-	13, // 33: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
-	15, // 34: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
-	17, // 35: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
-	19, // 36: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
-	21, // 37: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
-	23, // 38: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
-	24, // 39: fleetd.provider.v1.Provider.ReleaseNetwork:input_type -> fleetd.provider.v1.ReleaseNetworkRequest
-	10, // 40: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
-	12, // 41: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
-	14, // 42: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
-	16, // 43: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
-	18, // 44: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
-	20, // 45: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
-	22, // 46: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
-	27, // 47: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
-	25, // 48: fleetd.provider.v1.Provider.ReleaseNetwork:output_type -> fleetd.provider.v1.ReleaseNetworkResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	24, // 28: fleetd.provider.v1.CheckRequest.file_systems:type_name -> fleetd.provider.v1.FileSystemCheck
+	0,  // 29: fleetd.provider.v1.ReleaseNetworkRequest.config:type_name -> fleetd.provider.v1.Config
+	27, // 30: fleetd.provider.v1.CheckResponse.results:type_name -> fleetd.provider.v1.CheckResult
+	35, // 31: fleetd.provider.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	9,  // 32: fleetd.provider.v1.Provider.Info:input_type -> fleetd.provider.v1.InfoRequest
+	11, // 33: fleetd.provider.v1.Provider.Offerings:input_type -> fleetd.provider.v1.OfferingsRequest
+	13, // 34: fleetd.provider.v1.Provider.Create:input_type -> fleetd.provider.v1.CreateRequest
+	15, // 35: fleetd.provider.v1.Provider.Get:input_type -> fleetd.provider.v1.GetRequest
+	17, // 36: fleetd.provider.v1.Provider.List:input_type -> fleetd.provider.v1.ListRequest
+	19, // 37: fleetd.provider.v1.Provider.Delete:input_type -> fleetd.provider.v1.DeleteRequest
+	21, // 38: fleetd.provider.v1.Provider.Interrupt:input_type -> fleetd.provider.v1.InterruptRequest
+	23, // 39: fleetd.provider.v1.Provider.Check:input_type -> fleetd.provider.v1.CheckRequest
+	25, // 40: fleetd.provider.v1.Provider.ReleaseNetwork:input_type -> fleetd.provider.v1.ReleaseNetworkRequest
+	10, // 41: fleetd.provider.v1.Provider.Info:output_type -> fleetd.provider.v1.InfoResponse
+	12, // 42: fleetd.provider.v1.Provider.Offerings:output_type -> fleetd.provider.v1.OfferingsResponse
+	14, // 43: fleetd.provider.v1.Provider.Create:output_type -> fleetd.provider.v1.CreateResponse
+	16, // 44: fleetd.provider.v1.Provider.Get:output_type -> fleetd.provider.v1.GetResponse
+	18, // 45: fleetd.provider.v1.Provider.List:output_type -> fleetd.provider.v1.ListResponse
+	20, // 46: fleetd.provider.v1.Provider.Delete:output_type -> fleetd.provider.v1.DeleteResponse
+	22, // 47: fleetd.provider.v1.Provider.Interrupt:output_type -> fleetd.provider.v1.InterruptResponse
+	28, // 48: fleetd.provider.v1.Provider.Check:output_type -> fleetd.provider.v1.CheckResponse
+	26, // 49: fleetd.provider.v1.Provider.ReleaseNetwork:output_type -> fleetd.provider.v1.ReleaseNetworkResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_provider_v1_provider_proto_init() }
@@ -2028,7 +2149,7 @@ func file_provider_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_v1_provider_proto_rawDesc), len(file_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
