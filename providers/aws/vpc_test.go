@@ -16,7 +16,7 @@ func TestOfferingsSayTheirVPC(t *testing.T) {
 		name      string
 		subnets   map[string]string // zone → subnet id, added in VPC vpcOf[zone]
 		vpcOf     map[string]string
-		noDefault string // region without a default VPC
+		noDefault string            // region without a default VPC
 		want      map[string]string // zone → VPC of its offerings
 		describe  string            // the call that finds the VPCs
 	}{
