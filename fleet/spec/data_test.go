@@ -124,3 +124,20 @@ func TestParseDataSource(t *testing.T) {
 		})
 	}
 }
+
+// training.peer_port reaches the decoded spec; unset, it is 0 (each node
+// picks a free port).
+func TestPeerPort(t *testing.T) {
+	for _, c := range []struct {
+		training string
+		want     int
+	}{
+		{`command = ["x"]`, 0},
+		{"command = [\"x\"]\npeer_port = 7790", 7790},
+	} {
+		fl := mustParse(t, parts{training: c.training}.src(), testOptions()).Fleets[0]
+		if fl.Training.PeerPort != c.want {
+			t.Errorf("%q: peer_port %d, want %d", c.training, fl.Training.PeerPort, c.want)
+		}
+	}
+}
