@@ -97,19 +97,9 @@ func TestPlanShowsDataNetwork(t *testing.T) {
 	ec2.AddSubnetInVPC("subnet-0bbb2222", "us-east-1b", "vpc-0b000002")
 	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil, Options{})
 	spec := func(subnets, network string) api.ApplyRequest {
-		return api.ApplyRequest{Filename: "fsx.hcl", Source: fmt.Sprintf(`
-fleet "fsx" {
-  min_nodes = 1
-  max_nodes = 1
-  node { gpus = 1 }
-  provider "aws" {
-    regions        = ["us-east-1"]
-    instance_types = ["p3.2xlarge"]
-    image          = "ami-0123456789abcdef0"
-    %s
-    endpoint       = %q
-  }
-  training {
+		src := awsFleetSpec("fsx", 1, 1, 1, `"p3.2xlarge"`, ec2srv.URL)
+		src = strings.Replace(src, "    endpoint ", "    "+subnets+"\n    endpoint ", 1)
+		src = strings.Replace(src, `training { command = ["python3", "train.py"] }`, fmt.Sprintf(`training {
     command = ["python3", "train.py"]
     data {
       source     = "fsx://fs-0123456789abcdef0"
@@ -118,8 +108,8 @@ fleet "fsx" {
       region     = "us-east-1"
       network    = %q
     }
-  }
-}`, subnets, ec2srv.URL, network)}
+  }`, network), 1)
+		return api.ApplyRequest{Filename: "fsx.hcl", Source: src}
 	}
 	twoVPCs := `subnets = { "us-east-1a" = "subnet-0aaa1111", "us-east-1b" = "subnet-0bbb2222" }`
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fleetd/fleetd/fleet/state/etcdtest"
 )
@@ -53,20 +54,23 @@ func TestStagingSurvivesReopenBolt(t *testing.T) {
 	wantStagingFixture(t, testOpen(t, path, Options{}))
 }
 
-func TestStagingSurvivesReopenEtcd(t *testing.T) {
-	cli, ctx, prefix := etcdClient(t), context.Background(), etcdtest.Prefix(t.Name())
-	s, err := OpenEtcd(ctx, cli, EtcdOptions{Prefix: prefix})
+// openEtcdAt opens the current layout under prefix, closed at cleanup.
+func openEtcdAt(t *testing.T, cli *clientv3.Client, prefix string) *Etcd {
+	t.Helper()
+	s, err := OpenEtcd(context.Background(), cli, EtcdOptions{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestStagingSurvivesReopenEtcd(t *testing.T) {
+	cli, prefix := etcdClient(t), etcdtest.Prefix(t.Name())
+	s := openEtcdAt(t, cli, prefix)
 	putStagingFixture(t, s)
 	s.Close()
-	again, err := OpenEtcd(ctx, cli, EtcdOptions{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	wantStagingFixture(t, again)
+	wantStagingFixture(t, openEtcdAt(t, cli, prefix))
 }
 
 func TestMigrateStagingBolt(t *testing.T) {
@@ -95,11 +99,7 @@ func TestMigrateStagingEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	m, err := OpenEtcd(ctx, cli, EtcdOptions{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openEtcdAt(t, cli, prefix)
 	putStagingFixture(t, m)
 	wantStagingFixture(t, m)
 }
