@@ -80,7 +80,8 @@ type Options struct {
 	// MaxBackoff caps the retry delay of every daemon call; default DefaultMaxBackoff.
 	MaxBackoff time.Duration
 	// PeerPort is the port a node serves its staged data to peers on
-	// (agent/peerstage.go); 0 picks a free one, reported to the daemon.
+	// (agent/peerstage.go) when the fleet's training.peer_port is not
+	// set; 0 picks a free one, reported to the daemon.
 	PeerPort int
 	// WarmJoinWait bounds how long a starting agent waits for its warm
 	// interpreters before it joins the rendezvous; default DefaultWarmJoinWait.

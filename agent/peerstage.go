@@ -226,7 +226,12 @@ func (e *elastic) servePeer(ctx context.Context, mountPath, dir string) string {
 	e.peers.token, e.peers.now = e.a.opts.Config.Token, time.Now
 	e.peers.mu.Unlock()
 	e.peers.add(mountPath, dir)
-	u, err := e.peers.start(ctx, net.JoinHostPort(e.id.Addr, strconv.Itoa(e.a.opts.PeerPort)))
+	port := e.a.opts.PeerPort
+	if p := e.trainingConfig().PeerPort; p > 0 {
+		// The spec's port wins: the fleet's firewall rules name it.
+		port = p
+	}
+	u, err := e.peers.start(ctx, net.JoinHostPort(e.id.Addr, strconv.Itoa(port)))
 	if err != nil {
 		e.a.log.Warn("cannot serve the staged copy to peers", "err", err)
 		return ""

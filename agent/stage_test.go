@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -373,9 +374,18 @@ func TestAgentsStageBeforeJoin(t *testing.T) {
 	if err := os.WriteFile(script, []byte(dataCheckScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A fixed peer port (training.peer_port), as a security group rule
+	// between the nodes would name it; each node serves on its own address.
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
 	tc := TrainingConfig{Command: []string{py, script}, NprocPerNode: 1, MaxRestarts: 1, DrainGrace: 5 * time.Second, Workdir: dir,
-		Env:  map[string]string{"DATA_OUT": out},
-		Data: []agentwire.DataConfig{{Source: "file://" + src, MountPath: "/data/corpus", Mode: dataStage}}}
+		Env:      map[string]string{"DATA_OUT": out},
+		Data:     []agentwire.DataConfig{{Source: "file://" + src, MountPath: "/data/corpus", Mode: dataStage}},
+		PeerPort: peerPort}
 	d := newFakeDaemon(t, rdzvConfig(t, 2, 2), tc)
 	agents := []*testAgent{startAgent(t, d, "a", addrs[0]), startAgent(t, d, "b", addrs[1])}
 	waitAll(t, 60*time.Second, agents...)
@@ -403,8 +413,8 @@ func TestAgentsStageBeforeJoin(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"a", "b"} {
-		if r := final[n]; r.Bytes != total(want) || r.Error != "" || r.PeerURL == "" {
-			t.Fatalf("node %s final staging report %+v", n, r)
+		if r := final[n]; r.Bytes != total(want) || r.Error != "" || !strings.HasSuffix(r.PeerURL, fmt.Sprintf(":%d", peerPort)) {
+			t.Fatalf("node %s final staging report %+v, want a peer URL on port %d", n, r, peerPort)
 		}
 	}
 }

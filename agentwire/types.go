@@ -45,6 +45,10 @@ type TrainingConfig struct {
 	Network *NetworkConfig `json:"network,omitempty"`
 	// Data is training.data (DataConfig).
 	Data []DataConfig `json:"data,omitempty"`
+	// PeerPort is training.peer_port: the port a node serves its staged
+	// copies to peers of its zone on; 0 (or an older daemon) lets the
+	// agent pick (its own PeerPort option, else a free port).
+	PeerPort int `json:"peer_port,omitempty"`
 }
 
 // NetworkConfig tells the agent which fast path its node has, so it sets

@@ -236,6 +236,10 @@ func New(ctx context.Context, opts Options) (*Daemon, error) {
 	d.check = &checker{providers: d.opts.Providers, agents: d.agents, url: d.URL, parse: d.parseRequest}
 	d.agentAPI = agentapi.New(agentDeps{d}, log, d.now, d.token, d.nodeSecret)
 	d.agentAPI.WarmBinaryCache()
+	if err := d.agentAPI.LoadStaging(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	d.rdzv.auth = rendezvous.AuthorizerFunc(d.agentAPI.AuthorizeNode)
 	d.fleetViews = &fleetViews{store: d.store, ctrl: d.ctrl, stats: d.stats, rdzv: d.rdzv, agentAPI: d.agentAPI, cl: d.cl, log: log, now: now,
 		spec: d.fleetSpec, moveCost: d.moveCost, version: opts.Version, daemonID: d.daemonID, started: d.started}

@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	awsprov "github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
 
@@ -81,5 +83,82 @@ func TestPlanShowsData(t *testing.T) {
 	}
 	if unreachable == 0 {
 		t.Errorf("no offering excluded for the file system: %+v", views[0].Offerings)
+	}
+}
+
+// TestPlanShowsDataNetwork: an FSx file system in VPC vpc-0a000001 keeps
+// the job on nodes of that VPC: with subnets in two VPCs the zone of the
+// other is excluded with the reason, in `fleetd offerings` and, when no
+// zone is left, in `fleetd plan`; nodes whose VPC EC2 does not give
+// (no subnets, no default VPC) stay, and the plan says so.
+func TestPlanShowsDataNetwork(t *testing.T) {
+	ec2, ec2srv := fakeEC2(t, "us-east-1a", "us-east-1b")
+	ec2.AddSubnetInVPC("subnet-0aaa1111", "us-east-1a", "vpc-0a000001")
+	ec2.AddSubnetInVPC("subnet-0bbb2222", "us-east-1b", "vpc-0b000002")
+	td := launchTestDaemon(t, t.TempDir(), staticProviders{awsprov.Name: awsprov.New(awsprov.Options{RetryMaxAttempts: 1})}, nil, Options{})
+	spec := func(subnets, network string) api.ApplyRequest {
+		src := awsFleetSpec("fsx", 1, 1, 1, `"p3.2xlarge"`, ec2srv.URL)
+		src = strings.Replace(src, "    endpoint ", "    "+subnets+"\n    endpoint ", 1)
+		src = strings.Replace(src, `training { command = ["python3", "train.py"] }`, fmt.Sprintf(`training {
+    command = ["python3", "train.py"]
+    data {
+      source     = "fsx://fs-0123456789abcdef0"
+      mount_path = "/fsx"
+      size_gb    = 1200
+      region     = "us-east-1"
+      network    = %q
+    }
+  }`, network), 1)
+		return api.ApplyRequest{Filename: "fsx.hcl", Source: src}
+	}
+	twoVPCs := `subnets = { "us-east-1a" = "subnet-0aaa1111", "us-east-1b" = "subnet-0bbb2222" }`
+	ctx := context.Background()
+
+	// One zone in the file system's VPC: the plan launches there, the
+	// other zone is excluded with the reason.
+	p, err := td.client.Plan(ctx, spec(twoVPCs, "vpc-0a000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plan notes:\n%s", strings.Join(p.Fleets[0].Notes, "\n"))
+	var views []OfferingsView
+	if err := td.client.Do(ctx, http.MethodPost, "/v1/offerings", nil, spec(twoVPCs, "vpc-0a000001"), &views); err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, r := range views[0].Offerings {
+		reasons[r.Offering.Zone] = r.Excluded
+	}
+	if reasons["us-east-1a"] != "" {
+		t.Errorf("us-east-1a, in the file system's VPC, excluded: %q", reasons["us-east-1a"])
+	}
+	if want := "data fsx://fs-0123456789abcdef0 is in network vpc-0a000001; nodes in us-east-1b land in vpc-0b000002"; reasons["us-east-1b"] != want {
+		t.Errorf("us-east-1b excluded for %q, want %q", reasons["us-east-1b"], want)
+	}
+
+	// Neither zone in the file system's VPC: nothing fits, and plan says why.
+	p, err = td.client.Plan(ctx, spec(twoVPCs, "vpc-0c000003"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(p.Fleets[0].Notes, "\n")
+	t.Logf("plan notes:\n%s", notes)
+	for _, w := range []string{"no offering fits the fleet", "data fsx://fs-0123456789abcdef0 is in network vpc-0c000003; nodes in us-east-1", "land in vpc-0"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("plan notes lack %q", w)
+		}
+	}
+
+	// No subnets and no default VPC: EC2 gives no VPC, the offerings
+	// stay and the plan says the network is unchecked.
+	ec2.RemoveDefaultVPC("us-east-1")
+	p, err = td.client.Plan(ctx, spec("", "vpc-0a000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes = strings.Join(p.Fleets[0].Notes, "\n")
+	t.Logf("plan notes:\n%s", notes)
+	if w := "data fsx://fs-0123456789abcdef0 is in network vpc-0a000001; aws does not say which network its nodes in us-east-1"; !strings.Contains(notes, w) {
+		t.Errorf("plan notes lack %q", w)
 	}
 }

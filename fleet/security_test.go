@@ -104,6 +104,13 @@ type secDaemon struct {
 
 func startSecDaemon(t *testing.T, dataDir string, withTLS bool) *secDaemon {
 	t.Helper()
+	return startSecDaemonOn(t, dataDir, withTLS, newCaptureProvider())
+}
+
+// startSecDaemonOn is startSecDaemon on a given provider, e.g. the one of
+// a daemon that ran on dataDir before, so its instances are still there.
+func startSecDaemonOn(t *testing.T, dataDir string, withTLS bool, prov *captureProvider) *secDaemon {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", dataDir, ""
 	if withTLS {
@@ -112,7 +119,6 @@ func startSecDaemon(t *testing.T, dataDir string, withTLS bool) *secDaemon {
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	prov := newCaptureProvider()
 	logs := &syncBuffer{}
 	td := runTestDaemon(t, Options{Config: cfg, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

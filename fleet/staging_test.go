@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/state"
 )
 
 // TestStagingPeerAndStatus goes through the daemon: node A reports its
@@ -98,5 +100,63 @@ func TestStagingPeerAndStatus(t *testing.T) {
 	}
 	if code, _, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+b.ID+"/staging/peer", tokB, []byte(`{"source":"s3://other/x","mount_path":"/data"}`)); code != http.StatusNotFound {
 		t.Fatalf("another source: %d", code)
+	}
+}
+
+// TestStagingSurvivesRestart: the staging reports a daemon took (progress,
+// where the bytes came from) are in status after it restarts on the same
+// data dir, before any agent reports again; a node that is gone takes
+// its reports with it.
+func TestStagingSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	sd := startSecDaemon(t, dir, false)
+	sd.applyMem(t)
+	ns := sd.nodes(t, "train")
+	a, b := ns[0], ns[1]
+	reports := map[string]agentwire.StagingReport{
+		a.ID: {Source: "s3://corpus/tokens", MountPath: "/data", From: "bucket", Bytes: 1 << 30, Total: 4 << 30, RateBps: 2e8, ETASeconds: 16},
+		b.ID: {Source: "s3://corpus/tokens", MountPath: "/data", From: a.ID, Bytes: 4 << 30, Total: 4 << 30, RateBps: 9e8, Done: true, PeerURL: "http://127.0.0.22:7790"},
+	}
+	for id, r := range reports {
+		if code, body, _ := sd.call(t, http.MethodPost, "/v1/agent/train/"+id+"/staging", "Bearer "+sd.NodeToken("train", id), mustJSON(r)); code != http.StatusNoContent {
+			t.Fatalf("staging report of %s: %d %s", id, code, body)
+		}
+	}
+	sd.stop()
+
+	sd = startSecDaemonOn(t, dir, false, sd.prov)
+	code, body, _ := sd.call(t, http.MethodGet, "/v1/fleets/train", "Bearer "+sd.Token(), nil)
+	var det api.FleetDetail
+	if code != 200 || json.Unmarshal(body, &det) != nil {
+		t.Fatalf("status after restart: %d %s", code, body)
+	}
+	for _, n := range det.Nodes {
+		want, ok := reports[n.ID]
+		if !ok {
+			continue
+		}
+		if len(n.Staging) != 1 || n.Staging[0] != want {
+			t.Errorf("staging of %s after restart = %+v, want %+v", n.ID, n.Staging, want)
+		}
+		delete(reports, n.ID)
+	}
+	if len(reports) != 0 {
+		t.Errorf("nodes missing from status after restart: %v", reports)
+	}
+
+	// B is gone: its stored reports go with it.
+	err := sd.store.Update(context.Background(), func(tx state.Tx) error { return tx.DeleteNode("train", b.ID) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sd.store.View(context.Background(), func(tx state.Tx) error {
+		rs, err := tx.Stagings("train")
+		if err != nil || len(rs) != 1 || rs[0].Node != a.ID {
+			t.Errorf("stored staging after deleting %s: %+v, %v", b.ID, rs, err)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

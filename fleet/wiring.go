@@ -28,8 +28,11 @@ func (d *Daemon) newController() *controller.Controller {
 			kept, _ := d.agents.servableOfferings(offs)
 			return kept
 		},
-		MoveCost:    d.moveCost,
-		Destroyed:   func(fleet string) { d.agentAPI.ForgetCheckpoints(fleet) },
+		MoveCost: d.moveCost,
+		Destroyed: func(fleet string) {
+			d.agentAPI.ForgetCheckpoints(fleet)
+			d.agentAPI.ForgetStaging(fleet)
+		},
 		AfterPass:   d.scanStrays,
 		DaemonID:    d.daemonID,
 		StartedAt:   d.started,

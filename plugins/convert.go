@@ -117,6 +117,7 @@ func offeringToPB(o providers.Offering) (*providerv1.Offering, error) {
 		PriceSource:        o.PriceSource,
 		PriceAsOf:          timeToPB(o.PriceAsOf),
 		Network:            networkInfoToPB(o.Network),
+		Vpc:                o.VPC,
 	}
 	if n.err != nil {
 		return nil, n.err
@@ -173,6 +174,7 @@ func offeringFromPB(o *providerv1.Offering) providers.Offering {
 		PriceSource:        o.GetPriceSource(),
 		PriceAsOf:          timeFromPB(o.GetPriceAsOf()),
 		Network:            networkInfoFromPB(o.GetNetwork()),
+		VPC:                o.GetVpc(),
 	}
 }
 

@@ -62,6 +62,11 @@ type Offering struct {
 	// Network is the fast node-to-node path the type supports (EFA, GPU
 	// NICs) and its bandwidth; zero for a standard network only.
 	Network NetworkInfo `json:"network,omitzero"`
+	// VPC is the network the nodes land in: an AWS VPC id ("vpc-…") or a
+	// GCP VPC network name; "" when unknown. A file system is reachable
+	// only from its own network, so placement excludes offerings in
+	// another one.
+	VPC string `json:"vpc,omitempty"`
 }
 
 // Key identifies an offering independent of its price, e.g. for the

@@ -190,7 +190,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 			Command: t.Command, Workdir: t.Workdir, NprocPerNode: t.NprocPerNode, MaxRestarts: t.MaxRestarts,
 			MasterPort: t.MasterPort, DrainGrace: t.DrainGrace, CheckpointURI: t.CheckpointURI, Env: t.Env,
 			Heartbeat: fl.Rendezvous.Heartbeat, WarmStart: t.WarmStart, Checkpoint: checkpointConfig(t.Checkpoint),
-			Elastic: t.Elastic, Network: networkConfig(n), Data: dataConfig(t.Data)}}
+			Elastic: t.Elastic, Network: networkConfig(n), Data: dataConfig(t.Data), PeerPort: t.PeerPort}}
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,8 @@
 package agentapi
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,10 +17,14 @@ import (
 	"github.com/fleetd/fleetd/fleet/state"
 )
 
-// stagingRegistry keeps each node's latest staging report per data block,
-// in memory: it matters while a node copies and for peers to find a
-// finished copy; a restarted daemon learns it again from the agents'
-// next reports (a finished node reports "disk" when its agent restarts).
+// stagingRegistry keeps each node's latest staging report per data block.
+// The map is the hot copy status and peer lookups read; the state store
+// holds a copy (state.StagingRecord) so status still shows a copy's
+// progress and its peer-vs-bucket bytes after a daemon restart
+// (LoadStaging). Agents report every second while copying, so a report is
+// written through at most every stagingPersistEvery per block, and always
+// when it starts, finishes, fails or changes where it copies from: what a
+// restart loses is a few seconds of progress the agent reports again.
 type stagingRegistry struct {
 	mu sync.Mutex
 	// by fleet, node, mount path.
@@ -28,21 +34,16 @@ type stagingRegistry struct {
 type stagingEntry struct {
 	r  api.StagingReport
 	at time.Time
+	// persisted is when r's block was last written to the store.
+	persisted time.Time
 }
 
-// staging takes an agent's staging report.
-func (a *API) staging(w http.ResponseWriter, r *http.Request) {
-	var req api.StagingReport
-	if !api.DecodeBody(w, r, &req) {
-		return
-	}
-	if req.MountPath == "" || len(req.Source) > 2048 || len(req.Error) > 4096 || req.Bytes < 0 || req.Total < 0 {
-		api.WriteError(w, http.StatusBadRequest, errors.New("staging: mount_path required; bytes and total not negative"))
-		return
-	}
-	fleetName, nodeID := r.PathValue("fleet"), r.PathValue("node")
-	s := &a.stagings
-	s.mu.Lock()
+// stagingPersistEvery bounds how often one block's progress is written to
+// the store while it copies.
+const stagingPersistEvery = 10 * time.Second
+
+// put records e (the caller holds mu).
+func (s *stagingRegistry) put(fleetName, nodeID string, e stagingEntry) {
 	if s.m == nil {
 		s.m = map[string]map[string]map[string]stagingEntry{}
 	}
@@ -52,9 +53,150 @@ func (a *API) staging(w http.ResponseWriter, r *http.Request) {
 	if s.m[fleetName][nodeID] == nil {
 		s.m[fleetName][nodeID] = map[string]stagingEntry{}
 	}
-	s.m[fleetName][nodeID][req.MountPath] = stagingEntry{r: req, at: a.now()}
+	s.m[fleetName][nodeID][e.r.MountPath] = e
+}
+
+// persistDue: the store's copy of prev should be replaced by r.
+func persistDue(prev stagingEntry, ok bool, r api.StagingReport, now time.Time) bool {
+	return !ok || prev.persisted.IsZero() || r.Done != prev.r.Done || r.Error != prev.r.Error ||
+		r.From != prev.r.From || r.Source != prev.r.Source || now.Sub(prev.persisted) >= stagingPersistEvery
+}
+
+// staging takes an agent's staging report.
+func (a *API) staging(w http.ResponseWriter, r *http.Request) {
+	var req api.StagingReport
+	if !api.DecodeBody(w, r, &req) {
+		return
+	}
+	if req.MountPath == "" || len(req.MountPath) > 1024 || len(req.Source) > 2048 || len(req.Error) > 4096 || req.Bytes < 0 || req.Total < 0 {
+		api.WriteError(w, http.StatusBadRequest, errors.New("staging: mount_path required; bytes and total not negative"))
+		return
+	}
+	fleetName, nodeID := r.PathValue("fleet"), r.PathValue("node")
+	now := a.now()
+	s := &a.stagings
+	s.mu.Lock()
+	prev, ok := s.m[fleetName][nodeID][req.MountPath]
+	e := stagingEntry{r: req, at: now, persisted: prev.persisted}
+	due := persistDue(prev, ok, req, now)
+	if due {
+		// Claimed now, so concurrent reports of the block do not all
+		// write; a failed write clears it below.
+		e.persisted = now
+	}
+	s.put(fleetName, nodeID, e)
 	s.mu.Unlock()
+	if due {
+		if err := a.persistStaging(r.Context(), fleetName, nodeID, req); err != nil {
+			s.mu.Lock()
+			if cur, ok := s.m[fleetName][nodeID][req.MountPath]; ok && cur.persisted.Equal(now) {
+				cur.persisted = time.Time{}
+				s.m[fleetName][nodeID][req.MountPath] = cur
+			}
+			if errors.Is(err, state.ErrNotFound) {
+				// The node is gone: so are its reports.
+				delete(s.m[fleetName], nodeID)
+			}
+			s.mu.Unlock()
+			a.fail(w, err)
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// persistStaging writes r to the store and drops the reports of the
+// fleet's nodes that are gone from the hot copy (the store dropped its own
+// with each node).
+func (a *API) persistStaging(ctx context.Context, fleetName, nodeID string, r api.StagingReport) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode staging report: %w", err)
+	}
+	var live map[string]bool
+	start := a.now()
+	err = a.deps.Update(ctx, func(tx state.Tx) error {
+		if err := tx.PutStaging(state.StagingRecord{Fleet: fleetName, Node: nodeID, MountPath: r.MountPath, Report: raw}); err != nil {
+			return err
+		}
+		nodes, err := tx.SharedNodes(fleetName)
+		if err != nil {
+			return err
+		}
+		live = make(map[string]bool, len(nodes))
+		for _, n := range nodes {
+			live[n.ID] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store staging report of %s: %w", nodeID, err)
+	}
+	a.stagings.mu.Lock()
+	for id, blocks := range a.stagings.m[fleetName] {
+		// A node that reported after the read may be newer than it.
+		if !live[id] && !reportedSince(blocks, start) {
+			delete(a.stagings.m[fleetName], id)
+		}
+	}
+	a.stagings.mu.Unlock()
+	return nil
+}
+
+func reportedSince(blocks map[string]stagingEntry, t time.Time) bool {
+	for _, e := range blocks {
+		if !e.at.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadStaging reads the staging reports the store kept into the hot copy,
+// so a restarted daemon shows where each node's copy stood. A report the
+// agent sent since wins over the stored one.
+func (a *API) LoadStaging(ctx context.Context) error {
+	var recs []state.StagingRecord
+	err := a.deps.View(ctx, func(tx state.Tx) error {
+		fleets, err := tx.Fleets()
+		if err != nil {
+			return err
+		}
+		for _, f := range fleets {
+			rs, err := tx.Stagings(f.Name)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, rs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load staging reports: %w", err)
+	}
+	s := &a.stagings
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range recs {
+		var r api.StagingReport
+		if err := json.Unmarshal(rec.Report, &r); err != nil {
+			a.log.Warn("skipping an unreadable stored staging report", "fleet", rec.Fleet, "node", rec.Node, "mount_path", rec.MountPath, "err", err)
+			continue
+		}
+		if _, ok := s.m[rec.Fleet][rec.Node][r.MountPath]; ok {
+			continue
+		}
+		s.put(rec.Fleet, rec.Node, stagingEntry{r: r, at: rec.UpdatedAt, persisted: rec.UpdatedAt})
+	}
+	return nil
+}
+
+// ForgetStaging drops a destroyed fleet's reports from the hot copy (the
+// store dropped them with the fleet).
+func (a *API) ForgetStaging(fleetName string) {
+	a.stagings.mu.Lock()
+	delete(a.stagings.m, fleetName)
+	a.stagings.mu.Unlock()
 }
 
 // Staging is a node's latest staging reports, by mount path; nil when it

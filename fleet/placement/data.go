@@ -230,8 +230,35 @@ func dataExclusion(f *spec.Fleet, o providers.Offering) string {
 		if ds.ZonePolicy == spec.ZoneRequired && ds.Zone != "" && o.Zone != ds.Zone {
 			return fmt.Sprintf(`data %s is in zone %s, zone_policy = "required"`, ds.Source, ds.Zone)
 		}
+		// A file system answers only inside its VPC. An offering whose
+		// network the provider does not report is kept: DataNotes says
+		// the network is unconfirmed.
+		if ds.Network != "" && o.VPC != "" && o.VPC != ds.Network {
+			return fmt.Sprintf("data %s is in network %s; nodes in %s land in %s", ds.Source, ds.Network, firstOf(o.Zone, o.Region), o.VPC)
+		}
 	}
 	return ""
+}
+
+// networkNotes say, for a plan, which file systems pinned to a network
+// the offering o cannot be confirmed to reach: its provider reports no
+// VPC for it.
+func networkNotes(fl *spec.Fleet, o providers.Offering) []string {
+	if o.VPC != "" {
+		return nil
+	}
+	var out []string
+	for _, ds := range fl.Training.Data {
+		if ds.Network == "" {
+			continue
+		}
+		if src, err := spec.ParseDataSource(ds.Source); err != nil || !src.FileSystem() {
+			continue
+		}
+		out = append(out, fmt.Sprintf("data %s is in network %s; %s does not say which network its nodes in %s land in: unchecked, the mount fails if it is another",
+			ds.Source, ds.Network, o.Provider, firstOf(o.Zone, o.Region)))
+	}
+	return out
 }
 
 // DataNotes say, for a plan, where each dataset is and what reading it
@@ -267,7 +294,7 @@ func DataNotes(fl *spec.Fleet, launch []providers.Offering) []string {
 		}
 		out = append(out, where+"; "+cost)
 	}
-	return out
+	return append(out, networkNotes(fl, o)...)
 }
 
 func firstOf(a, b string) string {

@@ -192,3 +192,54 @@ func TestDataNotes(t *testing.T) {
 		t.Error("notes without data")
 	}
 }
+
+// TestFileSystemPinsNetwork: a file system with a network excludes
+// offerings whose nodes land in another VPC, keeps those of its VPC and
+// those whose VPC the provider does not report (noted in the plan).
+func TestFileSystemPinsNetwork(t *testing.T) {
+	fsx := spec.Data{Source: "fsx://fs-1", MountPath: "/fsx", Mode: spec.DataMount, SizeGB: 100,
+		Region: "us-east-1", ZonePolicy: spec.ZonePrefer, Network: "vpc-a"}
+	filestore := spec.Data{Source: "filestore://10.0.0.2/share", MountPath: "/fs", Mode: spec.DataMount, SizeGB: 100,
+		Region: "us-central1", ZonePolicy: spec.ZonePrefer, Network: "training"}
+	inVPC := func(o providers.Offering, vpc string) providers.Offering { o.VPC = vpc; return o }
+	awsA := off("aws", "us-east-1a", "p4d", providers.Spot, 16, 4)
+	gcpA := off("gcp", "us-central1-a", "a2", providers.Spot, 12, 4)
+	gcpA.Region = "us-central1"
+	cases := []struct {
+		name string
+		data spec.Data
+		o    providers.Offering
+		want string // "" when not excluded
+		note string // in DataNotes when the offering launches; "" for none about the network
+	}{
+		{"same vpc", fsx, inVPC(awsA, "vpc-a"), "", ""},
+		{"other vpc", fsx, inVPC(awsA, "vpc-b"), "data fsx://fs-1 is in network vpc-a; nodes in us-east-1a land in vpc-b", ""},
+		{"unknown vpc", fsx, awsA, "", "data fsx://fs-1 is in network vpc-a; aws does not say which network its nodes in us-east-1a land in"},
+		{"no network in the spec", spec.Data{Source: fsx.Source, MountPath: "/fsx", Mode: spec.DataMount, SizeGB: 1, Region: "us-east-1"}, inVPC(awsA, "vpc-b"), "", ""},
+		{"gcp network", filestore, inVPC(gcpA, "training"), "", ""},
+		{"gcp default network", filestore, inVPC(gcpA, "default"), "data filestore://10.0.0.2/share is in network training; nodes in us-central1-a land in default", ""},
+		{"region before network", fsx, inVPC(off("aws", "us-west-2a", "p4d", providers.Spot, 16, 4), "vpc-b"), "is a file system in region us-east-1; nodes in us-west-2 cannot mount it", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := withData(1, 1, tc.data)
+			got := Exclusion(f, tc.o)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("exclusion %q, want %q", got, tc.want)
+			}
+			if got != "" {
+				return
+			}
+			notes := DataNotes(f, []providers.Offering{tc.o})
+			found := ""
+			for _, n := range notes {
+				if strings.Contains(n, "which network") {
+					found = n
+				}
+			}
+			if (tc.note == "") != (found == "") || !strings.Contains(found, tc.note) {
+				t.Errorf("network note %q, want %q (notes %q)", found, tc.note, notes)
+			}
+		})
+	}
+}

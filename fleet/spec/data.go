@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -40,6 +41,11 @@ type Data struct {
 	// transfer) or ZoneRequired (other zones are excluded); file systems
 	// only.
 	ZonePolicy string `json:"zone_policy,omitempty"`
+	// Network is the VPC a file system lives in: an AWS VPC id
+	// ("vpc-…") or a GCP VPC network name. Only nodes in that network
+	// reach it, so placement excludes offerings known to land in
+	// another; "" leaves the network unchecked.
+	Network string `json:"network,omitempty"`
 }
 
 // Data modes.
@@ -175,6 +181,7 @@ var dataSchema = &hcl.BodySchema{
 		{Name: "region"},
 		{Name: "zone"},
 		{Name: "zone_policy"},
+		{Name: "network"},
 	},
 }
 
@@ -302,7 +309,33 @@ func decodeDataBlock(p *parser, b *hcl.Block, t *Training, seen map[string]hcl.R
 			p.attrWarning(zoneA, "zone has no effect", fmt.Sprintf("%s is not a zonal file system: only its region counts.", d.Source))
 		}
 	}
+	if netA := a["network"]; p.stringAttr(netA, &d.Network) && srcOK {
+		if !src.FileSystem() {
+			p.attrError(netA, "network is for file systems", fmt.Sprintf("%s is not a file system: any network reads it alike.", d.Source))
+		} else if msg := networkProblem(src, d.Network); msg != "" {
+			p.attrError(netA, "Invalid data network", msg)
+		}
+	}
 	return d, ok
+}
+
+var (
+	awsVPCID   = regexp.MustCompile(`^vpc-[0-9a-f]{8}([0-9a-f]{9})?$`)
+	gcpNetName = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+// networkProblem says why network cannot be the VPC of file system src,
+// or "".
+func networkProblem(src DataSource, network string) string {
+	switch {
+	case src.Cloud() == "aws" && !awsVPCID.MatchString(network):
+		return fmt.Sprintf("%s:// lives in an AWS VPC: network is its VPC id, e.g. \"vpc-0123456789abcdef0\", got %q (aws ec2 describe-vpcs lists them).", src.Scheme, network)
+	case src.Cloud() == "gcp" && !gcpNetName.MatchString(network):
+		return fmt.Sprintf("%s:// lives in a GCP VPC network: network is its name, e.g. \"default\", got %q (gcloud compute networks list shows them).", src.Scheme, network)
+	case src.Cloud() == "" && !awsVPCID.MatchString(network) && !gcpNetName.MatchString(network):
+		return fmt.Sprintf("network is an AWS VPC id (\"vpc-…\") or a GCP VPC network name, got %q.", network)
+	}
+	return ""
 }
 
 // overlaps: one of the two directories is the other or contains it.

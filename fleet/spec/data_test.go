@@ -53,6 +53,30 @@ data {
 			{Source: "filestore://10.20.0.2/share", MountPath: "/filestore", Mode: DataMount, SizeGB: 100, Region: "us-central1", Zone: "us-central1-a", ZonePolicy: ZoneRequired},
 			{Source: "nfs://10.0.0.5/export/data", MountPath: "/nfs", Mode: DataMount, SizeGB: 10, ZonePolicy: ZonePrefer},
 		}},
+		{"file systems pinned to their networks", cmd + `data {
+  source = "fsx://fs-0123456789abcdef0"
+  mount_path = "/fsx"
+  size_gb = 1200
+  region = "us-east-1"
+  network = "vpc-0a1b2c3d"
+}
+data {
+  source = "filestore://10.20.0.2/share"
+  mount_path = "/filestore"
+  size_gb = 100
+  region = "us-central1"
+  network = "training-net"
+}
+data {
+  source = "nfs://10.0.0.5/export/data"
+  mount_path = "/nfs"
+  size_gb = 10
+  network = "vpc-0123456789abcdef0"
+}`, []Data{
+			{Source: "fsx://fs-0123456789abcdef0", MountPath: "/fsx", Mode: DataMount, SizeGB: 1200, Region: "us-east-1", ZonePolicy: ZonePrefer, Network: "vpc-0a1b2c3d"},
+			{Source: "filestore://10.20.0.2/share", MountPath: "/filestore", Mode: DataMount, SizeGB: 100, Region: "us-central1", ZonePolicy: ZonePrefer, Network: "training-net"},
+			{Source: "nfs://10.0.0.5/export/data", MountPath: "/nfs", Mode: DataMount, SizeGB: 10, ZonePolicy: ZonePrefer, Network: "vpc-0123456789abcdef0"},
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,5 +122,22 @@ func TestParseDataSource(t *testing.T) {
 				t.Fatalf("= %+v (cloud %q, fs %v), %v; want %+v", got, got.Cloud(), got.FileSystem(), err, c.want)
 			}
 		})
+	}
+}
+
+// training.peer_port reaches the decoded spec; unset, it is 0 (each node
+// picks a free port).
+func TestPeerPort(t *testing.T) {
+	for _, c := range []struct {
+		training string
+		want     int
+	}{
+		{`command = ["x"]`, 0},
+		{"command = [\"x\"]\npeer_port = 7790", 7790},
+	} {
+		fl := mustParse(t, parts{training: c.training}.src(), testOptions()).Fleets[0]
+		if fl.Training.PeerPort != c.want {
+			t.Errorf("%q: peer_port %d, want %d", c.training, fl.Training.PeerPort, c.want)
+		}
 	}
 }

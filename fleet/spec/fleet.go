@@ -69,6 +69,7 @@ var trainingSchema = &hcl.BodySchema{
 		{Name: "warm_start"},
 		{Name: "elastic"},
 		{Name: "gradient_mb"},
+		{Name: "peer_port"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "checkpoint"},
@@ -439,6 +440,14 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 	}
 	if pa := a["master_port"]; p.intAttr(pa, &t.MasterPort) && (t.MasterPort < 1 || t.MasterPort > 65535) {
 		p.attrError(pa, "Invalid master_port", fmt.Sprintf("master_port must be a TCP port in 1..65535, got %d.", t.MasterPort))
+	}
+	if pa := a["peer_port"]; p.intAttr(pa, &t.PeerPort) {
+		switch {
+		case t.PeerPort < 1 || t.PeerPort > 65535:
+			p.attrError(pa, "Invalid peer_port", fmt.Sprintf("peer_port must be a TCP port in 1..65535, got %d; omit it to let each node pick a free one.", t.PeerPort))
+		case t.PeerPort == t.MasterPort:
+			p.attrError(pa, "peer_port collides with master_port", fmt.Sprintf("peer_port and master_port are both %d: the node's rank-0 store listens on master_port. Use another port.", t.PeerPort))
+		}
 	}
 	p.durationAttr(a["drain_grace"], &t.DrainGrace, false)
 	if ua := a["checkpoint_uri"]; p.stringAttr(ua, &t.CheckpointURI) && !validCheckpointURI(t.CheckpointURI) {

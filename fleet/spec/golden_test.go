@@ -84,7 +84,8 @@ var brokenWant = map[string][]string{
 		"bad_data.hcl:19:20", `unknown scheme "s4"; did you mean "s3"?`, "bad_data.hcl:24:5", "Missing data size",
 		"bad_data.hcl:27:20", `s3:// is a bucket: mode "stream"`, "bad_data.hcl:33:27", `checkpoint dir "/mnt/ckpt" overlap`,
 		"size_gb must be greater than 0, got -2", "read_per_epoch_gb must be 0 or more", "zone_policy is for file systems",
-		"bad_data.hcl:47:5", "Missing file system region", "bad_data.hcl:51:21", "Required zone not given", "9 errors",
+		"bad_data.hcl:47:5", "Missing file system region", "bad_data.hcl:51:21", "Required zone not given",
+		"bad_data.hcl:59:20", "network is for file systems", "bad_data.hcl:67:20", `network is its VPC id, e.g. "vpc-0123456789abcdef0", got "default"`, "11 errors",
 	},
 	"bad_project": {
 		"bad_project.hcl:4:15", `The daemon has no project named "visoin". Did you mean "vision"?`,

@@ -253,6 +253,11 @@ type Training struct {
 	DrainGrace    time.Duration     `json:"drain_grace"`
 	CheckpointURI string            `json:"checkpoint_uri,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
+	// PeerPort is the port nodes serve their staged data to peers of
+	// their zone on (docs/agent.md, "Data staging"); 0: each node picks a
+	// free one. A fixed port is what a security group or firewall rule
+	// between the nodes can name.
+	PeerPort int `json:"peer_port,omitempty"`
 	// WarmStart false turns the agents' pre-started Python interpreters
 	// off; nil (not set) means on (docs/agent.md, "Warm starts").
 	WarmStart *bool `json:"warm_start,omitempty"`

@@ -220,9 +220,8 @@ func inspect(db *bolt.DB, path string, sc schema) error {
 	case version > sc.version:
 		return tooNew(path, version, sc.version)
 	}
-	// Current or older (setup migrates it): every layout so far has the
-	// same top-level buckets; a migration that adds one must relax this.
-	return checkBuckets(db, path)
+	// Current or older (setup migrates it): the buckets of its version.
+	return checkBuckets(db, path, version)
 }
 
 func tooNew(path string, version, supported int) error {
@@ -257,7 +256,7 @@ func (s *BoltStore) setup(sc schema, created bool) error {
 			return err
 		}
 	}
-	if err := checkBuckets(s.db, s.path); err != nil {
+	if err := checkBuckets(s.db, s.path, sc.version); err != nil { // migrated, if it was older
 		return err
 	}
 	return restrictMode(s.path)
@@ -377,10 +376,11 @@ func (s *BoltStore) initialize(version int) error {
 	return nil
 }
 
-func checkBuckets(db *bolt.DB, path string) error {
+// checkBuckets: the file has every top-level bucket of schema version.
+func checkBuckets(db *bolt.DB, path string, version int) error {
 	return db.View(func(btx *bolt.Tx) error {
 		for _, name := range topBuckets {
-			if btx.Bucket(name) == nil {
+			if bucketSince[string(name)] <= version && btx.Bucket(name) == nil {
 				return fmt.Errorf("%s is %w: bucket %q is missing", path, ErrNotStateFile, name)
 			}
 		}

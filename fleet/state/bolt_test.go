@@ -618,9 +618,9 @@ func TestMigrations(t *testing.T) {
 		if _, err := os.Stat(backup); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("reopen at the current version wrote a backup: %v", err)
 		}
-		_, err = Open(path, Options{})
+		_, err = open(path, Options{}, schema{version: 2})
 		if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema version 3") {
-			t.Errorf("v1 Open of a v3 file = %v; want ErrSchemaTooNew naming version 3", err)
+			t.Errorf("v2 open of a v3 file = %v; want ErrSchemaTooNew naming version 3", err)
 		}
 	})
 

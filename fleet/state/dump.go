@@ -25,7 +25,8 @@ import (
 //	{"kind":"node","fleet":"bert","key":"n1","value":{…Node…}}
 //	{"kind":"event","key":"1","value":{…Event…}}
 //	{"kind":"offering","key":"aws/…","value":{…OfferingRecord…}}
-//	{"end":{"meta":3,"fleets":1,"nodes":1,"events":1,"offerings":1,"event_seq":1}}
+//	{"kind":"staging","fleet":"bert","key":"n1\u0000/data","value":{…StagingRecord…}}
+//	{"end":{"meta":3,"fleets":1,"nodes":1,"events":1,"offerings":1,"staging":1,"event_seq":1}}
 //
 // Sections come in that order, each sorted by key (events by seq). Values
 // are the stored JSON verbatim. The store-owned meta keys are included:
@@ -48,12 +49,13 @@ type DumpCounts struct {
 	Nodes     int    `json:"nodes"`
 	Events    int    `json:"events"`
 	Offerings int    `json:"offerings"`
+	Staging   int    `json:"staging"`
 	EventSeq  uint64 `json:"event_seq"` // the store's event sequence: the next event gets EventSeq+1
 }
 
 func (c DumpCounts) String() string {
-	return fmt.Sprintf("%d meta keys, %d fleets, %d nodes, %d events (last seq %d), %d offerings",
-		c.Meta, c.Fleets, c.Nodes, c.Events, c.EventSeq, c.Offerings)
+	return fmt.Sprintf("%d meta keys, %d fleets, %d nodes, %d events (last seq %d), %d offerings, %d staging reports",
+		c.Meta, c.Fleets, c.Nodes, c.Events, c.EventSeq, c.Offerings, c.Staging)
 }
 
 // dumpLine is one line of a dump: the header, a record or the end.
@@ -78,6 +80,7 @@ const (
 	kindNode     = "node"
 	kindEvent    = "event"
 	kindOffering = "offering"
+	kindStaging  = "staging"
 )
 
 // rawStore is what Dump and Load need beyond Store: the bucketed
@@ -204,6 +207,11 @@ func readDump(k kv) (lines []dumpLine, c DumpCounts, schema int, err error) {
 	}
 	if err := k.scan(refOfferings, "", record(kindOffering, "", &c.Offerings)); err != nil {
 		return nil, c, 0, err
+	}
+	for _, f := range fleets {
+		if err := k.scan(refStaging(f), "", record(kindStaging, f, &c.Staging)); err != nil {
+			return nil, c, 0, err
+		}
 	}
 	if c.EventSeq, err = sk.seq(refEvents); err != nil {
 		return nil, c, 0, err
@@ -376,7 +384,7 @@ func contents(k kv, sk seqKV) (string, error) {
 }
 
 // parseDump reads and checks a whole dump: meta ops, record ops (fleets,
-// nodes, events, offerings) and the counts.
+// nodes, events, offerings, staging reports) and the counts.
 func parseDump(r io.Reader) (meta, data []loadOp, c DumpCounts, err error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -442,6 +450,8 @@ func parseDump(r io.Reader) (meta, data []loadOp, c DumpCounts, err error) {
 			c.Events++
 		case kindOffering:
 			c.Offerings++
+		case kindStaging:
+			c.Staging++
 		}
 		data = append(data, op)
 	}
@@ -495,8 +505,8 @@ func checkRecord(l dumpLine, fleets map[string]bool, lastSeq *uint64) (loadOp, e
 		dec := json.NewDecoder(bytes.NewReader(value.Bytes()))
 		return dec.Decode(v)
 	}
-	if l.Fleet != "" && l.Kind != kindNode {
-		return loadOp{}, errors.New(`only nodes have a "fleet"`)
+	if l.Fleet != "" && l.Kind != kindNode && l.Kind != kindStaging {
+		return loadOp{}, errors.New(`only nodes and staging reports have a "fleet"`)
 	}
 	switch l.Kind {
 	case kindFleet:
@@ -546,6 +556,18 @@ func checkRecord(l dumpLine, fleets map[string]bool, lastSeq *uint64) (loadOp, e
 			return loadOp{}, fmt.Errorf("offering record says key %q", o.Key)
 		}
 		return loadOp{b: refOfferings, key: l.Key, value: value.Bytes()}, nil
+	case kindStaging:
+		var r StagingRecord
+		if err := decode(&r); err != nil {
+			return loadOp{}, err
+		}
+		switch {
+		case !fleets[l.Fleet]:
+			return loadOp{}, fmt.Errorf("staging report of fleet %q, which the dump does not have (before it)", l.Fleet)
+		case r.Fleet != l.Fleet || stagingKey(r.Node, r.MountPath) != l.Key:
+			return loadOp{}, fmt.Errorf("staging record says fleet %q node %q mount path %q", r.Fleet, r.Node, r.MountPath)
+		}
+		return loadOp{b: refStaging(l.Fleet), key: l.Key, value: value.Bytes()}, nil
 	}
 	return loadOp{}, fmt.Errorf("unknown record kind %q", l.Kind)
 }

@@ -41,6 +41,12 @@ func fill(t *testing.T, s state.Store) {
 			if err := tx.PutOffering(state.OfferingRecord{Key: "local/r/" + f, Launches: c}); err != nil {
 				return err
 			}
+			for _, mount := range []string{"/data/a", "/data/b"} {
+				r := state.StagingRecord{Fleet: f, Node: "n01", MountPath: mount, Report: []byte(`{"from":"n00","bytes":42}`)}
+				if err := tx.PutStaging(r); err != nil {
+					return err
+				}
+			}
 			return tx.SetMeta(fmt.Sprintf("rdzv/%s", f), []byte{0xff, 0x00, byte(c)})
 		})
 		if err != nil {
@@ -74,7 +80,7 @@ func TestDumpLoadRoundTrip(t *testing.T) {
 	src := bolt("src")
 	fill(t, src)
 	want, counts := dumpOf(t, src)
-	if counts != (state.DumpCounts{Meta: 6, Fleets: 3, Nodes: 120, Events: 90, Offerings: 3, EventSeq: 90}) {
+	if counts != (state.DumpCounts{Meta: 6, Fleets: 3, Nodes: 120, Events: 90, Offerings: 3, Staging: 6, EventSeq: 90}) {
 		t.Errorf("counts = %+v", counts)
 	}
 	srcID, _ := state.DaemonID(context.Background(), src)

@@ -24,6 +24,7 @@ import (
 //	<prefix>events/<seq>          Event JSON; seq zero-padded to 20 digits, so key order is
 //	                              seq order
 //	<prefix>offerings/<key>       OfferingRecord JSON
+//	<prefix>staging/<fleet>/<node id> NUL <mount path>   StagingRecord JSON; <fleet> escaped as for nodes
 //	<prefix>seq/events            last event seq handed out, decimal (the bucket sequence
 //	                              bbolt keeps in the bucket header)
 //	<prefix>commit                id of the last committed transaction; every write
@@ -55,7 +56,7 @@ func (l etcdLayout) dataBuckets() []string {
 	return []string{
 		l.prefix + string(bucketFleets) + "/", l.prefix + string(bucketNodes) + "/",
 		l.prefix + string(bucketEvents) + "/", l.prefix + string(bucketOfferings) + "/",
-		l.prefix + "seq/",
+		l.prefix + string(bucketStaging) + "/", l.prefix + "seq/",
 	}
 }
 

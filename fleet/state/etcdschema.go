@@ -27,6 +27,8 @@ type etcdMigration struct {
 // etcd's --max-txn-ops like any transaction's.
 var etcdMigrations = []etcdMigration{
 	{from: 1, name: "fleet incarnations", apply: migrateIncarnations},
+	// A bucket is a key prefix here: the staging bucket needs no creating.
+	{from: 2, name: "staging reports", apply: func(kv) error { return nil }},
 }
 
 // etcdSchema is the target of OpenEtcd; tests pass their own.

@@ -23,6 +23,9 @@ import (
 //	                         bucket's NextSequence, so it is strictly increasing and
 //	                         survives restarts
 //	offerings/               providers.Offering.Key() → OfferingRecord JSON
+//	staging/                 one nested bucket per fleet, deleted with the fleet (schema 3)
+//	    <fleet name>/        <node id> NUL <mount path> → StagingRecord JSON; a node's
+//	                         records are deleted with the node
 //
 // All values except meta are JSON, so a state file can be inspected with
 // `bbolt get` and read by a future fleetd without this package's Go types.
@@ -32,11 +35,17 @@ var (
 	bucketNodes     = []byte("nodes")
 	bucketEvents    = []byte("events")
 	bucketOfferings = []byte("offerings")
+	bucketStaging   = []byte("staging")
 )
 
 // topBuckets are created with a new state file and must exist in every file
 // at the current schema version.
-var topBuckets = [][]byte{bucketMeta, bucketFleets, bucketNodes, bucketEvents, bucketOfferings}
+var topBuckets = [][]byte{bucketMeta, bucketFleets, bucketNodes, bucketEvents, bucketOfferings, bucketStaging}
+
+// bucketSince is the schema version that added a top-level bucket, for
+// those added after version 1: an older file is checked for the buckets
+// it had, and its migration adds the rest.
+var bucketSince = map[string]int{string(bucketStaging): 3}
 
 // Meta keys written by the store. Tx.SetMeta refuses them: a changed schema
 // version or daemon id would orphan the data or the cloud instances.
@@ -52,7 +61,10 @@ const (
 //
 //	1 → 2  fleets get an incarnation id (Fleet.Incarnation) and are marked
 //	       LegacyUntagged: their instances predate the incarnation tag.
-const SchemaVersion = 2
+//	2 → 3  the staging bucket: nodes' staging reports, so status shows a
+//	       copy's progress across a daemon restart. An older fleetd would
+//	       leave a deleted node's reports behind.
+const SchemaVersion = 3
 
 // migration upgrades a state file from schema version from to from+1. It runs
 // on the raw bbolt transaction because the typed Tx only knows the current
@@ -67,6 +79,10 @@ type migration struct {
 // migrations holds one entry per past layout change, in order.
 var migrations = []migration{
 	{from: 1, name: "fleet incarnations", apply: func(tx *bolt.Tx) error { return migrateIncarnations(&boltKV{tx: tx}) }},
+	{from: 2, name: "staging reports", apply: func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketStaging)
+		return err
+	}},
 }
 
 // migrateIncarnations gives every fleet record without one an incarnation

@@ -4,6 +4,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -116,6 +117,18 @@ type OfferingRecord struct {
 	UpdatedAt         time.Time `json:"updated_at"`
 }
 
+// StagingRecord is a node's latest staging report for one data block,
+// kept so status shows a copy's progress across a daemon restart. Report
+// is the agent's report as the daemon encodes it (opaque here, like meta
+// values); the record goes with its node.
+type StagingRecord struct {
+	Fleet     string          `json:"fleet"`
+	Node      string          `json:"node"`
+	MountPath string          `json:"mount_path"`
+	Report    json.RawMessage `json:"report"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
 // Tx is a view of the store inside one transaction. Writes made through a
 // Tx commit together or not at all.
 type Tx interface {
@@ -146,6 +159,13 @@ type Tx interface {
 	Offering(key string) (OfferingRecord, error) // zero record with Key set when absent
 	Offerings() ([]OfferingRecord, error)
 	PutOffering(r OfferingRecord) error
+
+	// PutStaging stores r (UpdatedAt set to now) in place of the node's
+	// record for r.MountPath; ErrNotFound if the node does not exist.
+	PutStaging(r StagingRecord) error
+	// Stagings returns the fleet's staging records ordered by node id,
+	// then mount path; none for an unknown fleet.
+	Stagings(fleet string) ([]StagingRecord, error)
 }
 
 // Store is the persistent state. Update runs fn in a read-write transaction

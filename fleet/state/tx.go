@@ -12,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,8 @@ var (
 )
 
 func refNodes(fleet string) bucketRef { return bucketRef{top: bucketNodes, sub: fleet} }
+
+func refStaging(fleet string) bucketRef { return bucketRef{top: bucketStaging, sub: fleet} }
 
 // kv is the bucketed key-value transaction both backends provide. All typed
 // logic (encoding, generations, timestamps, validation) lives in tx on top of
@@ -269,6 +272,9 @@ func (t *tx) DeleteFleet(name string) error {
 	if err := t.kv.dropBucket(refNodes(name)); err != nil {
 		return err
 	}
+	if err := t.kv.dropBucket(refStaging(name)); err != nil {
+		return err
+	}
 	if t.cache != nil {
 		*t.wrote(name) = nodeWrites{dropped: true, puts: map[string]*Node{}}
 	}
@@ -486,6 +492,71 @@ func (t *tx) DeleteNode(fleet, id string) error {
 	}
 	if t.cache != nil {
 		t.wrote(fleet).puts[id] = nil
+	}
+	return t.deleteStagings(fleet, id)
+}
+
+// stagingKey is a staging record's key: the node id, NUL, the mount path,
+// so one node's records are a key range.
+func stagingKey(node, mountPath string) string { return node + "\x00" + mountPath }
+
+func (t *tx) PutStaging(r StagingRecord) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkKey("staging mount path", r.MountPath); err != nil {
+		return err
+	}
+	if strings.ContainsRune(r.Node, 0) {
+		return fmt.Errorf("%w: node id %q contains NUL", ErrInvalid, r.Node)
+	}
+	if _, err := t.Node(r.Fleet, r.Node); err != nil {
+		return fmt.Errorf("put staging of %s: %w", r.MountPath, err)
+	}
+	if !json.Valid(r.Report) {
+		return fmt.Errorf("%w: staging report of node %q is not JSON", ErrInvalid, r.Node)
+	}
+	r.UpdatedAt = t.stamp()
+	return t.putJSON(refStaging(r.Fleet), stagingKey(r.Node, r.MountPath), r, nil)
+}
+
+func (t *tx) Stagings(fleet string) ([]StagingRecord, error) {
+	if err := t.check(false); err != nil {
+		return nil, err
+	}
+	out := []StagingRecord{}
+	if fleet == "" { // would name the parent bucket
+		return out, nil
+	}
+	err := t.kv.scan(refStaging(fleet), "", func(k string, v []byte) (bool, error) {
+		var r StagingRecord
+		if err := decode("staging", k, v, &r); err != nil {
+			return false, err
+		}
+		out = append(out, r)
+		return true, nil
+	})
+	return out, err
+}
+
+// deleteStagings deletes node's staging records, found as a key range.
+func (t *tx) deleteStagings(fleet, node string) error {
+	prefix := stagingKey(node, "")
+	var keys []string
+	err := t.kv.scan(refStaging(fleet), prefix, func(k string, _ []byte) (bool, error) {
+		if !strings.HasPrefix(k, prefix) {
+			return false, nil
+		}
+		keys = append(keys, k)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := t.kv.del(refStaging(fleet), k); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -73,9 +73,11 @@ type Provider struct {
 	zoneCache map[string]cached[map[string]map[string]bool]
 	// zoneIDCache maps zone ids to names per scope and region.
 	zoneIDCache map[string]cached[map[string]string]
-	scoreCache  map[string]scoreEntry
-	recent      map[string]recentLaunch
-	prices      *priceList // on-demand prices (pricelist.go)
+	// vpcCache: the VPCs nodes land in per scope, region and subnets (vpc.go).
+	vpcCache   map[string]cached[regionVPCs]
+	scoreCache map[string]scoreEntry
+	recent     map[string]recentLaunch
+	prices     *priceList // on-demand prices (pricelist.go)
 	// groups: placement groups known to exist (scope|region|name), so a
 	// launch describes its group once per process.
 	groups map[string]bool
@@ -161,6 +163,7 @@ func New(opts Options) *Provider {
 		zoneCache: map[string]cached[map[string]map[string]bool]{},
 
 		zoneIDCache: map[string]cached[map[string]string]{},
+		vpcCache:    map[string]cached[regionVPCs]{},
 		scoreCache:  map[string]scoreEntry{},
 		recent:      map[string]recentLaunch{},
 		prices:      newPriceList(),

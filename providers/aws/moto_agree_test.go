@@ -34,7 +34,9 @@ func TestFakeAndMotoAgree(t *testing.T) {
 	w := moto(t)
 	fake, fakeURL := newFake(t)
 	for z, sn := range w.subnets {
-		fake.AddSubnet(sn, z)
+		// The fake's subnets sit in moto's VPCs, so both backends
+		// report the same VPC per offering.
+		fake.AddSubnetInVPC(sn, z, w.nets[z[:len(z)-1]].VPC)
 	}
 	for region, n := range w.nets {
 		fake.AddSecurityGroup(region, n.SecurityGroup)
@@ -83,8 +85,8 @@ func TestFakeAndMotoAgree(t *testing.T) {
 		b.offs = offs
 		var rows []string
 		for _, o := range offs {
-			rows = append(rows, fmt.Sprintf("%s gpus=%d×%q vcpus=%d mem=%v avail=%d price=%s",
-				o.Key(), o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB, o.Available, priceOf(o)))
+			rows = append(rows, fmt.Sprintf("%s gpus=%d×%q vcpus=%d mem=%v avail=%d price=%s vpc=%s",
+				o.Key(), o.GPUs, o.GPUType, o.VCPUs, o.MemoryGiB, o.Available, priceOf(o), o.VPC))
 		}
 		sort.Strings(rows)
 		return rows

@@ -87,6 +87,7 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 		return nil, err
 	}
 	scores := p.placementScores(ctx, client, b, region)
+	vpcs := p.vpcs(ctx, client, b, region)
 	odQuotes, err := p.onDemandQuotes(ctx, b, region)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func (p *Provider) regionOfferings(ctx context.Context, b block, region string) 
 			base := providers.Offering{
 				Provider: Name, Region: region, Zone: z, InstanceType: it,
 				GPUs: info.GPUs, GPUType: info.GPUType, VCPUs: info.VCPUs, MemoryGiB: info.MemoryGiB,
-				Arch: info.Arch, Available: -1,
+				Arch: info.Arch, Available: -1, VPC: vpcs.of(z),
 			}
 			if b.Subnets[z] != "" {
 				// EFA interfaces are created in the zone's subnet: without

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 
@@ -207,6 +208,13 @@ func (c *config) network() string {
 		return c.Network
 	}
 	return "global/networks/" + c.Network
+}
+
+// networkName is the name of the VPC network the nodes land in ("default"
+// when unset): the last part of network(), as gcloud and Filestore name
+// it.
+func (c *config) networkName() string {
+	return path.Base(c.network())
 }
 
 // subnetwork returns the subnetwork of region: a bare name is the

@@ -76,7 +76,7 @@ func offeringsFor(c *config, prices catalogView, zone string, mt *computepb.Mach
 	base := providers.Offering{
 		Provider: Name, Region: region, Zone: zone, InstanceType: mt.GetName(),
 		VCPUs: int(mt.GetGuestCpus()), MemoryGiB: float64(mt.GetMemoryMb()) / 1024, Available: -1,
-		Arch: machineArch(mt), Network: networkOf(c, mt.GetName()),
+		Arch: machineArch(mt), Network: networkOf(c, mt.GetName()), VPC: c.networkName(),
 	}
 	for _, a := range mt.GetAccelerators() {
 		base.GPUs += int(a.GetGuestAcceleratorCount())

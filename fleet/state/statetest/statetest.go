@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EventsOrderAndPaging", testEventsPaging},
 		{"EventSeqGapFreeAfterRollback", testEventSeqAfterRollback},
 		{"Offerings", testOfferings},
+		{"Staging", testStaging},
 		{"RollbackOnError", testRollback},
 		{"RollbackOnPanic", testPanic},
 		{"ViewIsReadOnly", testViewReadOnly},
@@ -634,6 +635,83 @@ func testOfferings(t *testing.T, s state.Store, clk *Clock) {
 	wantErr(t, "PutOffering(no key)", err, state.ErrInvalid)
 }
 
+// testStaging: staging records are kept per node and mount path, replaced
+// by a newer report, refused for a node that does not exist, and deleted
+// with their node (not a node whose id extends it) and their fleet.
+func testStaging(t *testing.T, s state.Store, clk *Clock) {
+	putFleet(t, s, "a")
+	putFleet(t, s, "b")
+	rec := func(fleet, node, mount, report string) state.StagingRecord {
+		return state.StagingRecord{Fleet: fleet, Node: node, MountPath: mount, Report: []byte(report)}
+	}
+	update(t, s, func(tx state.Tx) error {
+		for _, n := range []state.Node{node("a", "n1", state.NodeRunning), node("a", "n10", state.NodeRunning), node("b", "n1", state.NodeRunning)} {
+			if err := tx.PutNode(n); err != nil {
+				return err
+			}
+		}
+		for _, r := range []state.StagingRecord{
+			rec("a", "n1", "/data/b", `{"bytes":1}`), rec("a", "n1", "/data/a", `{"bytes":2}`),
+			rec("a", "n10", "/data/a", `{"bytes":3}`), rec("b", "n1", "/data/a", `{"bytes":4}`),
+		} {
+			if err := tx.PutStaging(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	clk.Advance(time.Second)
+	update(t, s, func(tx state.Tx) error { return tx.PutStaging(rec("a", "n1", "/data/b", `{"bytes":5,"done":true}`)) })
+	keys := func(fleet string) []string {
+		var out []string
+		view(t, s, func(tx state.Tx) error {
+			rs, err := tx.Stagings(fleet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				out = append(out, r.Node+" "+r.MountPath+" "+string(r.Report))
+			}
+			return nil
+		})
+		return out
+	}
+	want := []string{`n1 /data/a {"bytes":2}`, `n1 /data/b {"bytes":5,"done":true}`, `n10 /data/a {"bytes":3}`}
+	if got := keys("a"); !slices.Equal(got, want) {
+		t.Errorf("Stagings(a) = %q; want %q", got, want)
+	}
+	view(t, s, func(tx state.Tx) error {
+		rs, err := tx.Stagings("a")
+		if err != nil || len(rs) != 3 || !rs[1].UpdatedAt.Equal(clk.Now()) || !rs[0].UpdatedAt.Equal(clk.Now().Add(-time.Second)) {
+			t.Errorf("UpdatedAt of the replaced record and an old one: %+v, %v", rs, err)
+		}
+		return nil
+	})
+
+	err := s.Update(context.Background(), func(tx state.Tx) error { return tx.PutStaging(rec("a", "gone", "/data/a", `{}`)) })
+	wantErr(t, "PutStaging(unknown node)", err, state.ErrNotFound)
+	err = s.Update(context.Background(), func(tx state.Tx) error { return tx.PutStaging(rec("a", "n1", "/data/a", `{not json`)) })
+	wantErr(t, "PutStaging(bad report)", err, state.ErrInvalid)
+	err = s.Update(context.Background(), func(tx state.Tx) error { return tx.PutStaging(rec("a", "n1", "", `{}`)) })
+	wantErr(t, "PutStaging(no mount path)", err, state.ErrInvalid)
+
+	update(t, s, func(tx state.Tx) error { return tx.DeleteNode("a", "n1") })
+	if got, want := keys("a"), []string{`n10 /data/a {"bytes":3}`}; !slices.Equal(got, want) {
+		t.Errorf("after DeleteNode(n1): %q; want %q", got, want)
+	}
+	update(t, s, func(tx state.Tx) error { return tx.DeleteFleet("a") })
+	putFleet(t, s, "a")
+	if got := keys("a"); len(got) != 0 {
+		t.Errorf("re-created fleet has staging records %q", got)
+	}
+	if got := keys("b"); len(got) != 1 {
+		t.Errorf("other fleet's records = %q; want 1", got)
+	}
+	if got := keys("none"); len(got) != 0 {
+		t.Errorf("unknown fleet's records = %q", got)
+	}
+}
+
 // snapshot is everything visible through the interface.
 type snapshot struct {
 	Fleets    []state.Fleet
@@ -767,6 +845,9 @@ func writeOps() map[string]func(state.Tx) error {
 		"DeleteNode":  func(tx state.Tx) error { return tx.DeleteNode("a", "n1") },
 		"AppendEvent": func(tx state.Tx) error { _, err := tx.AppendEvent(state.Event{Type: "x"}); return err },
 		"PutOffering": func(tx state.Tx) error { return tx.PutOffering(state.OfferingRecord{Key: "k"}) },
+		"PutStaging": func(tx state.Tx) error {
+			return tx.PutStaging(state.StagingRecord{Fleet: "a", Node: "n1", MountPath: "/d", Report: []byte(`{}`)})
+		},
 	}
 }
 

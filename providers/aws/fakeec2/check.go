@@ -113,7 +113,7 @@ func (s *Server) describeSubnets(r *region, p params) (answer, *apiError) {
 		if !ok {
 			return nil, &apiError{Code: "InvalidSubnetID.NotFound", Message: fmt.Sprintf("The subnet ID '%s' does not exist", id)}
 		}
-		resp.Subnets = append(resp.Subnets, xmlSubnet{SubnetID: id, State: "available", VpcID: "vpc-0fa4e000", AvailabilityZone: zone, AvailableIPs: 250})
+		resp.Subnets = append(resp.Subnets, xmlSubnet{SubnetID: id, State: "available", VpcID: r.vpcOf(id), AvailabilityZone: zone, AvailableIPs: 250})
 	}
 	return resp, nil
 }

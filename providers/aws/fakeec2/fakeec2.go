@@ -82,7 +82,11 @@ type region struct {
 	capacity map[string]int // zone|type → launches left
 	quota    map[string]int // market → vCPU limit
 	subnets  map[string]string
-	noImages map[string]bool
+	// subnetVPC: subnet id → its VPC when not DefaultVPC (AddSubnetInVPC);
+	// noDefaultVPC: the region has no default VPC (RemoveDefaultVPC).
+	subnetVPC    map[string]string
+	noDefaultVPC bool
+	noImages     map[string]bool
 	// notOffered: zone|type pairs the zone does not offer.
 	notOffered map[string]bool
 	// scores: zone|type → spot placement score set by a test.
@@ -532,6 +536,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 var actions = map[string]func(*Server, *region, params) (answer, *apiError){
 	"DescribeImages":                (*Server).describeImages,
 	"DescribeSubnets":               (*Server).describeSubnets,
+	"DescribeVpcs":                  (*Server).describeVpcs,
 	"DescribeSecurityGroups":        (*Server).describeSecurityGroups,
 	"CreateTags":                    (*Server).createTags,
 	"DescribeInstanceTypes":         (*Server).describeInstanceTypes,

@@ -50,5 +50,21 @@ fleet "bert" {
       size_gb     = 10
       zone_policy = "required"
     }
+
+    data {
+      source     = "s3://corpus/more"
+      mount_path = "/data/more"
+      size_gb    = 10
+      region     = "us-east-1"
+      network    = "vpc-0123456789abcdef0"
+    }
+
+    data {
+      source     = "fsx://fs-0fedcba9876543210"
+      mount_path = "/data/fsx"
+      size_gb    = 10
+      region     = "us-east-1"
+      network    = "default"
+    }
   }
 }

@@ -232,7 +232,11 @@ type Offering struct {
 	PriceSource string                 `protobuf:"bytes,15,opt,name=price_source,json=priceSource,proto3" json:"price_source,omitempty"`
 	PriceAsOf   *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=price_as_of,json=priceAsOf,proto3" json:"price_as_of,omitempty"`
 	// The fast node-to-node path the type supports; unset for standard.
-	Network       *NetworkInfo `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkInfo `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
+	// The network the offering's nodes land in: an AWS VPC id ("vpc-…"),
+	// a GCP VPC network name; empty when unknown. A file system pins a job
+	// to its network.
+	Vpc           string `protobuf:"bytes,18,opt,name=vpc,proto3" json:"vpc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +388,13 @@ func (x *Offering) GetNetwork() *NetworkInfo {
 		return x.Network
 	}
 	return nil
+}
+
+func (x *Offering) GetVpc() string {
+	if x != nil {
+		return x.Vpc
+	}
+	return ""
 }
 
 // NetworkInfo mirrors providers.NetworkInfo.
@@ -1887,7 +1898,7 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\fConfigSchema\x12=\n" +
 	"\n" +
 	"attributes\x18\x01 \x03(\v2\x1d.fleetd.provider.v1.AttributeR\n" +
-	"attributes\"\xcd\x04\n" +
+	"attributes\"\xdf\x04\n" +
 	"\bOffering\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -1907,7 +1918,8 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x04arch\x18\x0e \x01(\tR\x04arch\x12!\n" +
 	"\fprice_source\x18\x0f \x01(\tR\vpriceSource\x12:\n" +
 	"\vprice_as_of\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tpriceAsOf\x129\n" +
-	"\anetwork\x18\x11 \x01(\v2\x1f.fleetd.provider.v1.NetworkInfoR\anetwork\"l\n" +
+	"\anetwork\x18\x11 \x01(\v2\x1f.fleetd.provider.v1.NetworkInfoR\anetwork\x12\x10\n" +
+	"\x03vpc\x18\x12 \x01(\tR\x03vpc\"l\n" +
 	"\vNetworkInfo\x12\x16\n" +
 	"\x06fabric\x18\x01 \x01(\tR\x06fabric\x12\x1e\n" +
 	"\n" +
