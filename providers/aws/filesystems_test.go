@@ -1,6 +1,7 @@
 package aws_test
 
 import (
+	"errors"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/aws-sdk-go-v2/service/efs"
+	efstypes "github.com/aws/aws-sdk-go-v2/service/efs/types"
 
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/aws"
@@ -100,6 +102,18 @@ func newFSWorld(t *testing.T) fsWorld {
 			in.AvailabilityZoneName = awssdk.String(zone)
 		}
 		fs, err := ec.CreateFileSystem(ctx, in)
+		var exists *efstypes.FileSystemAlreadyExists
+		if errors.As(err, &exists) {
+			// The SDK retried a create whose first answer was lost (a
+			// loaded moto): the creation token makes it idempotent.
+			var out *efs.DescribeFileSystemsOutput
+			if out, err = ec.DescribeFileSystems(ctx, &efs.DescribeFileSystemsInput{CreationToken: in.CreationToken}); err == nil {
+				if len(out.FileSystems) != 1 {
+					t.Fatalf("%d file systems with token %s", len(out.FileSystems), *in.CreationToken)
+				}
+				fs = &efs.CreateFileSystemOutput{FileSystemId: out.FileSystems[0].FileSystemId}
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
