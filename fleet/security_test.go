@@ -34,28 +34,11 @@ import (
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
 )
-
-// syncBuffer is a log sink safe for the daemon's many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // captureProvider is the in-memory provider that also keeps the user-data
 // of every launch: what a node would boot from.
@@ -98,7 +81,7 @@ func memSchema(name string) (providers.ConfigSchema, bool) {
 type secDaemon struct {
 	*testDaemon
 	prov  *captureProvider
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 	httpc *http.Client
 }
 
@@ -113,7 +96,7 @@ func startSecDaemon(t *testing.T, dataDir string, withTLS bool) *secDaemon {
 		t.Fatal(err)
 	}
 	prov := newCaptureProvider()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	td := runTestDaemon(t, Options{Config: cfg, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Schema: memSchema, Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond}, prov.MemProvider)

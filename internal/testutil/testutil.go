@@ -1,0 +1,63 @@
+// Package testutil holds the small helpers tests across the module share: a
+// leaf (standard library only), so any package's tests may import it,
+// providers and plugins included.
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Context is the test's context with a deadline d, so a test stuck on a
+// call fails at d rather than at the go test timeout.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(tb.Context(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers: a log sink for
+// a daemon's or a child process's many goroutines.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// ServeWithin runs req through h with a deadline on its context and fails
+// tb when h has not returned 10 s after that: a handler that ignores the
+// end of its request (a hang), which a fuzzer must report as such.
+func ServeWithin(tb testing.TB, h http.Handler, req *http.Request, deadline time.Duration) *httptest.ResponseRecorder {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(req.Context(), deadline)
+	defer cancel()
+	req = req.WithContext(ctx)
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(rec, req)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		tb.Fatalf("%s %s did not return after its request ended", req.Method, req.URL)
+	}
+	return rec
+}
