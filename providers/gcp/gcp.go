@@ -191,15 +191,3 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 	}
 	return providers.Info{Name: Name, Schema: Schema, NoticeLead: NoticeLead}, nil
 }
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

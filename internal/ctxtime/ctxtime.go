@@ -1,7 +1,7 @@
-// Package wait holds the context-aware sleep the retry and poll loops of the
+// Package ctxtime holds the context-aware sleep the retry and poll loops of the
 // agent, the daemon, the providers and the watchers back off with: a leaf
 // (standard library only) every package may import.
-package wait
+package ctxtime
 
 import (
 	"context"
