@@ -935,22 +935,7 @@ func TestSecurityFileModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.Close()
-		fi, err := os.Stat(dataDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m := fi.Mode().Perm(); m != 0o700 {
-			t.Errorf("data dir mode %o, want 700", m)
-		}
-		for _, name := range []string{"state.db", "token", "node-secret", "ca.pem", "ca-key.pem"} {
-			fi, err := os.Stat(filepath.Join(dataDir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m := fi.Mode().Perm(); m != 0o600 {
-				t.Errorf("%s mode %o, want 600", name, m)
-			}
-		}
+		testutil.CheckModes(t, dataDir, 0o700, 0o600, "state.db", "token", "node-secret", "ca.pem", "ca-key.pem")
 	}
 	// No temp files of the atomic writes are left behind.
 	ents, _ := os.ReadDir(dataDir)

@@ -6,8 +6,11 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -60,4 +63,27 @@ func ServeWithin(tb testing.TB, h http.Handler, req *http.Request, deadline time
 		tb.Fatalf("%s %s did not return after its request ended", req.Method, req.URL)
 	}
 	return rec
+}
+
+// CheckModes fails tb unless dir has permissions dirMode and each named
+// file in it fileMode: what a daemon's data directory must show, since it
+// holds tokens and keys.
+func CheckModes(tb testing.TB, dir string, dirMode, fileMode fs.FileMode, names ...string) {
+	tb.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if m := fi.Mode().Perm(); m != dirMode {
+		tb.Errorf("data dir mode %o, want %o", m, dirMode)
+	}
+	for _, name := range names {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != fileMode {
+			tb.Errorf("%s mode %o, want %o", name, m, fileMode)
+		}
+	}
 }
