@@ -14,6 +14,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
 	gcpprov "github.com/fleetd/fleetd/providers/gcp"
@@ -178,13 +179,7 @@ func stateView[T any](t *testing.T, td *testDaemon, read func(state.Tx) (T, erro
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func countState(nodes []state.Node, s state.NodeState) int {

@@ -87,3 +87,16 @@ func CheckModes(tb testing.TB, dir string, dirMode, fileMode fs.FileMode, names 
 		}
 	}
 }
+
+// WaitFor polls cond every interval until it holds, failing tb when it
+// still does not after timeout; what names the awaited condition.
+func WaitFor(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(interval)
+	}
+}
