@@ -22,15 +22,7 @@ import (
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-type staticProviders map[string]providers.Provider
-
-func (s staticProviders) Get(ctx context.Context, name string) (providers.Provider, error) {
-	p, ok := s[name]
-	if !ok {
-		return nil, fmt.Errorf("no provider %q", name)
-	}
-	return p, nil
-}
+type staticProviders = providertest.Static
 
 // memSpec is the fleet most daemon tests apply; tests derive variants by
 // replacing its lines, so spectest keeps them word for word.

@@ -38,17 +38,6 @@ func fleetSpec(name string, n int, deadAfter time.Duration) string {
 	}.HCL()
 }
 
-// staticProviders hands the daemon its in-process providers by name.
-type staticProviders map[string]providers.Provider
-
-func (s staticProviders) Get(ctx context.Context, name string) (providers.Provider, error) {
-	p, ok := s[name]
-	if !ok {
-		return nil, fmt.Errorf("no provider %q", name)
-	}
-	return p, nil
-}
-
 // launchRecord is one Create call the daemon made.
 type launchRecord struct {
 	At   time.Time
@@ -146,7 +135,7 @@ func newBenchDaemon(ctx context.Context, dataDir, fleetName string, n int, nodeS
 			}
 			return providers.ConfigSchema{}, false
 		},
-		Providers: staticProviders{providertest.MemName: mem}})
+		Providers: providertest.Static{providertest.MemName: mem}})
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
