@@ -6,6 +6,7 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -99,4 +100,19 @@ func WaitFor(tb testing.TB, timeout, interval time.Duration, what string, cond f
 		}
 		time.Sleep(interval)
 	}
+}
+
+// ReadJSON decodes the JSON file at path into a T, failing tb when the file
+// cannot be read or decoded.
+func ReadJSON[T any](tb testing.TB, path string) T {
+	tb.Helper()
+	var v T
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &v)
+	}
+	if err != nil {
+		tb.Fatalf("%s: %v", filepath.Base(path), err)
+	}
+	return v
 }
