@@ -6,12 +6,6 @@ package testutil
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"io/fs"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -44,51 +38,6 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// ServeWithin runs req through h with a deadline on its context and fails
-// tb when h has not returned 10 s after that: a handler that ignores the
-// end of its request (a hang), which a fuzzer must report as such.
-func ServeWithin(tb testing.TB, h http.Handler, req *http.Request, deadline time.Duration) *httptest.ResponseRecorder {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(req.Context(), deadline)
-	defer cancel()
-	req = req.WithContext(ctx)
-	rec := httptest.NewRecorder()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.ServeHTTP(rec, req)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		tb.Fatalf("%s %s did not return after its request ended", req.Method, req.URL)
-	}
-	return rec
-}
-
-// CheckModes fails tb unless dir has permissions dirMode and each named
-// file in it fileMode: what a daemon's data directory must show, since it
-// holds tokens and keys.
-func CheckModes(tb testing.TB, dir string, dirMode, fileMode fs.FileMode, names ...string) {
-	tb.Helper()
-	fi, err := os.Stat(dir)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if m := fi.Mode().Perm(); m != dirMode {
-		tb.Errorf("data dir mode %o, want %o", m, dirMode)
-	}
-	for _, name := range names {
-		fi, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if m := fi.Mode().Perm(); m != fileMode {
-			tb.Errorf("%s mode %o, want %o", name, m, fileMode)
-		}
-	}
-}
-
 // WaitFor polls cond every interval until it holds, failing tb when it
 // still does not after timeout; what names the awaited condition.
 func WaitFor(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
@@ -100,19 +49,4 @@ func WaitFor(tb testing.TB, timeout, interval time.Duration, what string, cond f
 		}
 		time.Sleep(interval)
 	}
-}
-
-// ReadJSON decodes the JSON file at path into a T, failing tb when the file
-// cannot be read or decoded.
-func ReadJSON[T any](tb testing.TB, path string) T {
-	tb.Helper()
-	var v T
-	b, err := os.ReadFile(path)
-	if err == nil {
-		err = json.Unmarshal(b, &v)
-	}
-	if err != nil {
-		tb.Fatalf("%s: %v", filepath.Base(path), err)
-	}
-	return v
 }
