@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/gcemeta"
 	"github.com/fleetd/fleetd/interruption/gcemeta/fakemeta"
@@ -42,13 +43,7 @@ func (r *recordingReporter) got() []interruption.Notice {
 // waitFor polls cond every 20 ms for at most limit.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, limit, 20*time.Millisecond, what, cond)
 }
 
 func TestRunDrainsOnSpotNotice(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"path"
 	"strings"
 	"unicode"
+
+	"github.com/fleetd/fleetd/agentwire"
 )
 
 // Metadata service kinds.
@@ -44,32 +46,12 @@ const (
 const maxConfigSize = 1 << 20
 
 // MetadataConfig says which metadata service carries interruption notices.
-type MetadataConfig struct {
-	Kind string `json:"kind"`          // aws-imds, gce or none
-	URL  string `json:"url,omitempty"` // default: the cloud's well-known address
-}
+type MetadataConfig = agentwire.MetadataConfig
 
 // Config is the agent's configuration (agent.json), written by the
-// bootstrap into the VM's user-data.
-type Config struct {
-	Fleet  string `json:"fleet"`
-	NodeID string `json:"node_id"`
-	// DaemonURL is where the control daemon's API is; empty means the agent
-	// runs standalone (metadata watching and drain only).
-	DaemonURL string `json:"daemon_url,omitempty"`
-	// DaemonURLs are the other servers of a fleetd cluster: when the
-	// server in use stops answering, the agent goes on with the next (any
-	// server forwards to the leader). Its workers keep running meanwhile.
-	DaemonURLs []string `json:"daemon_urls,omitempty"`
-	// Token is the per-node bearer token; required with DaemonURL. Never logged.
-	Token string `json:"token,omitempty"`
-	// CAFingerprint pins the daemon's CA: "sha256:" + 64 hex digits (colons allowed).
-	CAFingerprint string         `json:"ca_fingerprint,omitempty"`
-	Metadata      MetadataConfig `json:"metadata"`
-	// WorkDir and LogDir are absolute VM paths, re-rooted under -root.
-	WorkDir string `json:"work_dir,omitempty"`
-	LogDir  string `json:"log_dir,omitempty"`
-}
+// bootstrap into the VM's user-data: the wire form agentwire declares, with
+// the agent's defaults and validation as its methods.
+type Config agentwire.AgentConfig
 
 // LoadConfig reads, decodes and validates a config file. Unknown fields are
 // errors: a typo in a bootstrap template must not be silently ignored.

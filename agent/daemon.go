@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -196,16 +197,8 @@ func retry(ctx context.Context, b backoff, f func(context.Context) error, progre
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// sleepCtx is the agent's name for ctxtime.Sleep, which its retry loops back off with.
+var sleepCtx = ctxtime.Sleep
 
 var errPinMismatch = errors.New("tls: no certificate presented by the daemon matches the pinned CA fingerprint")
 

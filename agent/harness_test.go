@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -585,15 +586,7 @@ type checkpoint struct {
 
 func readCheckpoint(t *testing.T, dir string) checkpoint {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json"))
-	if err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	var c checkpoint
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testutil.ReadJSON[checkpoint](t, filepath.Join(dir, "checkpoint.json"))
 }
 
 // trainerJob is the training config of the stdlib example trainer. It

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // event is one JSON line a script prints; fields not in a given event stay zero.
@@ -328,15 +330,7 @@ type trainerCkpt struct {
 
 func readTrainerCkpt(t *testing.T, dir string) trainerCkpt {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json"))
-	if err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	var c trainerCkpt
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	return c
+	return testutil.ReadJSON[trainerCkpt](t, filepath.Join(dir, "checkpoint.json"))
 }
 
 func waitAll(t *testing.T, ps []*proc, d time.Duration) []int {

@@ -100,21 +100,8 @@ func (a *AutoscaleConfig) Params() autoscale.Params {
 }
 
 func (a *AutoscaleConfig) finish() error {
-	dur := func(name, s string, d *time.Duration) error {
-		if s == "" {
-			return nil
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil || v <= 0 {
-			return fmt.Errorf("autoscale: %s %q is not a positive duration", name, s)
-		}
-		*d = v
-		return nil
-	}
-	if err := dur("measure_for", a.MeasureFor, &a.params.MeasureFor); err != nil {
-		return err
-	}
-	if err := dur("min_interval", a.MinInterval, &a.params.MinInterval); err != nil {
+	if err := setDurations("autoscale", durationOpt{"measure_for", a.MeasureFor, &a.params.MeasureFor},
+		durationOpt{"min_interval", a.MinInterval, &a.params.MinInterval}); err != nil {
 		return err
 	}
 	if e := a.MarginalEfficiency; e != nil {
@@ -156,25 +143,39 @@ func (a *AllocationConfig) Params() allocator.Params {
 }
 
 func (a *AllocationConfig) finish() error {
-	for _, d := range []struct {
-		name, s string
-		to      *time.Duration
-	}{{"min_interval", a.MinInterval, &a.params.MinInterval}, {"horizon", a.Horizon, &a.params.Horizon},
-		{"aging_every", a.AgingEvery, &a.params.AgingEvery}, {"reserve_after", a.ReserveAfter, &a.params.ReserveAfter}} {
-		if d.s == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.s)
-		if err != nil || v <= 0 {
-			return fmt.Errorf("allocation: %s %q is not a positive duration", d.name, d.s)
-		}
-		*d.to = v
+	if err := setDurations("allocation", durationOpt{"min_interval", a.MinInterval, &a.params.MinInterval},
+		durationOpt{"horizon", a.Horizon, &a.params.Horizon}, durationOpt{"aging_every", a.AgingEvery, &a.params.AgingEvery},
+		durationOpt{"reserve_after", a.ReserveAfter, &a.params.ReserveAfter}); err != nil {
+		return err
 	}
 	if f := a.Fairness; f != nil {
 		if *f < 0 || *f > 3 {
 			return fmt.Errorf("allocation: fairness must be in [0, 3], got %g", *f)
 		}
 		a.params.Fairness = *f
+	}
+	return nil
+}
+
+// durationOpt is one optional setting of a config block that, when set,
+// must be a positive duration.
+type durationOpt struct {
+	name, s string
+	to      *time.Duration
+}
+
+// setDurations parses every set option into its target; block names the
+// config block in the error.
+func setDurations(block string, opts ...durationOpt) error {
+	for _, d := range opts {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("%s: %s %q is not a positive duration", block, d.name, d.s)
+		}
+		*d.to = v
 	}
 	return nil
 }

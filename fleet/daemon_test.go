@@ -14,6 +14,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	awsprov "github.com/fleetd/fleetd/providers/aws"
 	gcpprov "github.com/fleetd/fleetd/providers/gcp"
@@ -21,15 +22,7 @@ import (
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
-type staticProviders map[string]providers.Provider
-
-func (s staticProviders) Get(ctx context.Context, name string) (providers.Provider, error) {
-	p, ok := s[name]
-	if !ok {
-		return nil, fmt.Errorf("no provider %q", name)
-	}
-	return p, nil
-}
+type staticProviders = providertest.Static
 
 // memSpec is the fleet most daemon tests apply; tests derive variants by
 // replacing its lines, so spectest keeps them word for word.
@@ -178,13 +171,7 @@ func stateView[T any](t *testing.T, td *testDaemon, read func(state.Tx) (T, erro
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func countState(nodes []state.Node, s state.NodeState) int {

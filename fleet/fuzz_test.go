@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
-	"github.com/fleetd/fleetd/fleet/api/apitest"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
 )
@@ -117,7 +117,7 @@ func (fd *fuzzDaemon) serve(tb testing.TB, method, target, authz string, body []
 	if method == http.MethodGet {
 		deadline = 50 * time.Millisecond
 	}
-	return apitest.ServeWithin(tb, fd.Handler(), req, deadline)
+	return testutil.ServeWithin(tb, fd.Handler(), req, deadline)
 }
 
 // drainRendezvousEvents takes the rendezvous events queued for the event

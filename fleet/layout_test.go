@@ -105,6 +105,12 @@ func TestImportDirections(t *testing.T) {
 		{"the controller never imports the API or the daemon",
 			func(p string) bool { return under(p, "fleet/controller") },
 			func(d string) bool { return under(d, "fleet/api") || d == module+"/fleet" }},
+		// internal/ holds the leaves every part shares (test helpers, the
+		// context-aware sleep, option defaults): importing the module
+		// would put them above some of their users.
+		{"internal/ packages import nothing of the module",
+			func(p string) bool { return under(p, "internal") },
+			func(d string) bool { return strings.HasPrefix(d, module+"/") }},
 		// fleettest starts whole daemons for other packages' tests.
 		{"packages under fleet/ never import the daemon's wiring",
 			func(p string) bool { return strings.HasPrefix(p, module+"/fleet/") && !under(p, "fleet/fleettest") },

@@ -34,28 +34,11 @@ import (
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/projects"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 	"github.com/fleetd/fleetd/rendezvous"
 )
-
-// syncBuffer is a log sink safe for the daemon's many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // captureProvider is the in-memory provider that also keeps the user-data
 // of every launch: what a node would boot from.
@@ -98,7 +81,7 @@ func memSchema(name string) (providers.ConfigSchema, bool) {
 type secDaemon struct {
 	*testDaemon
 	prov  *captureProvider
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 	httpc *http.Client
 }
 
@@ -119,7 +102,7 @@ func startSecDaemonOn(t *testing.T, dataDir string, withTLS bool, prov *captureP
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	td := runTestDaemon(t, Options{Config: cfg, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Schema: memSchema, Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond}, prov.MemProvider)
@@ -960,22 +943,7 @@ func TestSecurityFileModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.Close()
-		fi, err := os.Stat(dataDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m := fi.Mode().Perm(); m != 0o700 {
-			t.Errorf("data dir mode %o, want 700", m)
-		}
-		for _, name := range []string{"state.db", "token", "node-secret", "ca.pem", "ca-key.pem"} {
-			fi, err := os.Stat(filepath.Join(dataDir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m := fi.Mode().Perm(); m != 0o600 {
-				t.Errorf("%s mode %o, want 600", name, m)
-			}
-		}
+		testutil.CheckModes(t, dataDir, 0o700, 0o600, "state.db", "token", "node-secret", "ca.pem", "ca-key.pem")
 	}
 	// No temp files of the atomic writes are left behind.
 	ents, _ := os.ReadDir(dataDir)

@@ -104,19 +104,6 @@ func (n Notice) Validate() error {
 	return nil
 }
 
-// Sleep waits d or until ctx ends; it reports whether d passed. The
-// watchers back off with it between polls.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // PollEvery is a polling watcher's loop: it polls at once and then on
 // every tick until ctx is done, handing each poll's notices to emit and its
 // error (unless ctx ended the poll) to onError, when set. Both run on the

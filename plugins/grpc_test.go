@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/plugins"
 	providerv1 "github.com/fleetd/fleetd/plugins/proto/provider/v1"
 	"github.com/fleetd/fleetd/providers"
@@ -39,11 +40,7 @@ func serveInProcess(t *testing.T, p providers.Provider) (*plugins.GRPCClient, pr
 	return plugins.NewGRPCClient(conn), providerv1.NewProviderClient(conn), s
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 func memOffering(t *testing.T) providers.Offering {
 	t.Helper()

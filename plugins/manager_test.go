@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/plugins"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -338,7 +339,7 @@ func TestExternalPluginPinning(t *testing.T) {
 		}
 	})
 	t.Run("right sha256 works", func(t *testing.T) {
-		var logs safeBuffer
+		var logs testutil.SyncBuffer
 		m := providertest.NewPluginManager(t, nil, func(o *plugins.ManagerOptions) {
 			o.PluginDir = dir
 			o.Checksums = map[string]string{"ext": "sha256:" + strings.ToUpper(sum)}
@@ -395,23 +396,6 @@ func TestPluginBinaryRefusesToRunByHand(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "This binary is a plugin") {
 		t.Errorf("plugin run by hand: %v, stderr %q", err, stderr.String())
 	}
-}
-
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestConcurrentCallsShareOneRestart: many calls in flight when the plugin

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/ctxtime"
 )
 
 // Client is the agents' side of the rendezvous API. Every call retries
@@ -124,7 +126,7 @@ func (c *Client) Watch(ctx context.Context, fleet, node string, last View) (View
 		// The daemon answers an unchanged view only when the wait is over;
 		// should it ever answer early, do not spin.
 		if time.Since(start) < wait/2 {
-			if err := sleep(ctx, c.minBackoff()); err != nil {
+			if err := ctxtime.Sleep(ctx, c.minBackoff()); err != nil {
 				return View{}, fmt.Errorf("rendezvous watch: %w", err)
 			}
 		}
@@ -194,7 +196,7 @@ func (c *Client) do(ctx context.Context, method, fleet, op string, query url.Val
 		// Full jitter in [delay/2, delay]: thousands of agents reconnecting
 		// to a restarted daemon must not arrive in lockstep.
 		d := delay/2 + rand.N(delay/2+1)
-		if serr := sleep(ctx, d); serr != nil {
+		if serr := ctxtime.Sleep(ctx, d); serr != nil {
 			return fmt.Errorf("rendezvous %s: %w (last error: %v)", op, serr, err)
 		}
 		delay = min(2*delay, c.maxBackoff())
@@ -257,15 +259,4 @@ func retryable(err error) bool {
 	var he x509.HostnameError
 	var cie x509.CertificateInvalidError
 	return !errors.As(err, &cve) && !errors.As(err, &uae) && !errors.As(err, &he) && !errors.As(err, &cie)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // fuzzReader hands out the bytes of a fuzz input; past the end it yields
@@ -386,22 +388,8 @@ func FuzzHandler(f *testing.F) {
 		case 2:
 			req.Header.Set("Authorization", "Bearer "+body)
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), 50*time.Millisecond)
-		defer cancel()
-		req = req.WithContext(ctx)
-
 		before := statusJSON(t, svc)
-		rec := httptest.NewRecorder()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			h.ServeHTTP(rec, req)
-		}()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s %s did not return after its request ended", method, target)
-		}
+		rec := testutil.ServeWithin(t, h, req, 50*time.Millisecond)
 		code := rec.Code
 		if code >= 500 {
 			t.Fatalf("%s %s: HTTP %d %s", method, target, code, rec.Body)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // writeStep writes a complete checkpoint step-N into dir the way the
@@ -95,13 +97,7 @@ func testConfig(t *testing.T, dir string, log *eventLog) Config {
 // waitFor polls cond for at most d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, d, 10*time.Millisecond, what, cond)
 }
 
 func storeKeys(t *testing.T, s Store) []string {

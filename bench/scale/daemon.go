@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
@@ -31,40 +32,10 @@ import (
 // The rendezvous timings are the spec defaults except dead_after, which
 // the reconcile benchmark raises (see benchReconcile).
 func fleetSpec(name string, n int, deadAfter time.Duration) string {
-	return fmt.Sprintf(`
-fleet %q {
-  min_nodes = %d
-  max_nodes = %d
-  node {
-    gpus      = 1
-    gpu_types = ["T4"]
-    spot      = true
-  }
-  placement {
-    colocate = "region"
-  }
-  provider "mem" {}
-  training {
-    command = ["python3", "train.py"]
-  }
-  rendezvous {
-    last_call  = "5s"
-    heartbeat  = "2s"
-    dead_after = %q
-  }
-}
-`, name, n, n, deadAfter.String())
-}
-
-// staticProviders hands the daemon its in-process providers by name.
-type staticProviders map[string]providers.Provider
-
-func (s staticProviders) Get(ctx context.Context, name string) (providers.Provider, error) {
-	p, ok := s[name]
-	if !ok {
-		return nil, fmt.Errorf("no provider %q", name)
-	}
-	return p, nil
+	return spectest.Fleet{
+		Name: name, Min: n, Max: n, Spot: true,
+		LastCall: "5s", Heartbeat: "2s", DeadAfter: deadAfter.String(),
+	}.HCL()
 }
 
 // launchRecord is one Create call the daemon made.
@@ -164,7 +135,7 @@ func newBenchDaemon(ctx context.Context, dataDir, fleetName string, n int, nodeS
 			}
 			return providers.ConfigSchema{}, false
 		},
-		Providers: staticProviders{providertest.MemName: mem}})
+		Providers: providertest.Static{providertest.MemName: mem}})
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}

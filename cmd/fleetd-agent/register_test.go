@@ -16,6 +16,7 @@ import (
 	"github.com/fleetd/fleetd/fleet/bootstrap"
 	"github.com/fleetd/fleetd/fleet/fleettest"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // TestSlimAgentAgainstDaemon boots nodes the way a VM does, with the slim
@@ -135,11 +136,5 @@ func nodesIn(t *testing.T, d *fleet.Daemon, st state.NodeState) []string {
 
 func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, 20*time.Millisecond, what, cond)
 }

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -247,7 +249,7 @@ func writeFlagValueCases(w io.Writer, complete func(kind string) string, words f
 		sort.Strings(byKind[k])
 		fmt.Fprintf(w, "    %s)\n        %s\n        return ;;\n", strings.Join(byKind[k], "|"), complete(k))
 	}
-	for _, f := range sortedKeys(flagWords) {
+	for _, f := range slices.Sorted(maps.Keys(flagWords)) {
 		fmt.Fprintf(w, "    -%s)\n        %s\n        return ;;\n", f, words(flagWords[f]))
 	}
 }
@@ -376,13 +378,4 @@ func zshComplete(kind string) string {
 // zshQuote single-quotes s for zsh.
 func zshQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // procsMatching returns the pids of the live processes whose command line
@@ -194,11 +195,5 @@ func TestCrashDuringScaleUp(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, 100*time.Millisecond, what, cond)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // chromiumPath is Debian's chromium package (apt-get install chromium).
@@ -45,7 +46,7 @@ func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -87,23 +88,6 @@ func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...str
 		return resp.StatusCode == 200
 	})
 	return d
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, lines int) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // haServer is one `fleetd serve` of a three-server cluster on loopback,
@@ -22,13 +23,13 @@ type haServer struct {
 	name, url, dataDir, config string
 	cmd                        *exec.Cmd
 	done                       chan error
-	logs                       *syncBuffer
+	logs                       *testutil.SyncBuffer
 }
 
 func (s *haServer) start(t *testing.T, bin string) {
 	t.Helper()
 	s.cmd = exec.Command(bin, "serve", "-config", s.config)
-	s.logs = &syncBuffer{}
+	s.logs = &testutil.SyncBuffer{}
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

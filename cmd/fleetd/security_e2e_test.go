@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 // TestSecurityTLSDaemonE2E runs the real binary as an operator would:
@@ -39,7 +40,7 @@ func TestSecurityTLSDaemonE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "serve", "-config", cfgPath)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -95,22 +96,7 @@ func TestSecurityTLSDaemonE2E(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	fi, err := os.Stat(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := fi.Mode().Perm(); m != 0o700 {
-		t.Errorf("data dir mode %o, want 700", m)
-	}
-	for _, name := range []string{"state.db", "token", "node-secret", "ca.pem", "ca-key.pem"} {
-		fi, err := os.Stat(filepath.Join(dataDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m := fi.Mode().Perm(); m != 0o600 {
-			t.Errorf("%s mode %o, want 600", name, m)
-		}
-	}
+	testutil.CheckModes(t, dataDir, 0o700, 0o600, "state.db", "token", "node-secret", "ca.pem", "ca-key.pem")
 
 	var colons []string
 	for i := 0; i < len(fp); i += 2 {

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
-func runServeInProcess(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
+func runServeInProcess(t *testing.T, args ...string) (stdout, stderr *testutil.SyncBuffer, stop func() int) {
 	t.Helper()
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &testutil.SyncBuffer{}, &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() { done <- serve(ctx, args, stdout, stderr) }()

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/fleet/api/apitest"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 const fuzzToken = "fleetd_0123456789abcdef0123456789abcdef"
@@ -152,7 +152,7 @@ func FuzzServer(f *testing.F) {
 		case 3:
 			req.Header["Authorization"] = []string{string(body)}
 		}
-		rec := apitest.ServeWithin(t, s, req, 50*time.Millisecond)
+		rec := testutil.ServeWithin(t, s, req, 50*time.Millisecond)
 		calls, mutations := b.counts()
 		code := rec.Code
 		if code >= 500 {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetd/fleetd/agentwire"
 	"gopkg.in/yaml.v3"
 )
 
@@ -28,25 +29,12 @@ const (
 	UnitPath        = "/etc/systemd/system/fleetd-agent.service"
 )
 
-// AgentConfig is the JSON the agent reads (agent.Config's wire form). It is
-// declared here rather than imported so fleet/ does not depend on agent/.
-type AgentConfig struct {
-	Fleet         string         `json:"fleet"`
-	NodeID        string         `json:"node_id"`
-	DaemonURL     string         `json:"daemon_url,omitempty"`
-	DaemonURLs    []string       `json:"daemon_urls,omitempty"`
-	Token         string         `json:"token,omitempty"`
-	CAFingerprint string         `json:"ca_fingerprint,omitempty"`
-	Metadata      MetadataConfig `json:"metadata"`
-	WorkDir       string         `json:"work_dir,omitempty"`
-	LogDir        string         `json:"log_dir,omitempty"`
-}
+// AgentConfig is the JSON the agent reads (agent.Config's wire form),
+// from agentwire so fleet/ does not depend on agent/.
+type AgentConfig = agentwire.AgentConfig
 
 // MetadataConfig names the node's metadata service.
-type MetadataConfig struct {
-	Kind string `json:"kind"`
-	URL  string `json:"url,omitempty"`
-}
+type MetadataConfig = agentwire.MetadataConfig
 
 // Input is everything one node's user-data depends on.
 type Input struct {

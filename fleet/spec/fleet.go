@@ -2,8 +2,10 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -468,7 +470,7 @@ func (p *parser) decodeTraining(fleet *hcl.Block, blocks hcl.Blocks, t *Training
 			fmt.Sprintf("gradient_mb is the size of the gradients all-reduced each step in MB (parameters × 4 for fp32, × 2 for bf16) and must be above 0, got %g.", t.GradientMB))
 	}
 	if ea := a["env"]; p.stringMapAttr(ea, &t.Env) {
-		for _, k := range sortedKeys(t.Env) {
+		for _, k := range slices.Sorted(maps.Keys(t.Env)) {
 			p.checkEnvName(ea, k)
 		}
 	}

@@ -3,8 +3,10 @@ package spec
 import (
 	"bytes"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,7 +46,7 @@ func (t testProjects) Lookup(name string) (int, int, bool) {
 	return p[0], p[1], ok
 }
 
-func (t testProjects) Names() []string { return sortedKeys(t) }
+func (t testProjects) Names() []string { return slices.Sorted(maps.Keys(t)) }
 
 // brokenWant lists, per broken spec, the problems its rendering must show,
 // so regenerating the golden files cannot silently accept a lost error.

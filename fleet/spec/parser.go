@@ -2,7 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,7 +181,7 @@ func (p *parser) checkTraversal(tr hcl.Traversal) {
 		return
 	}
 	detail := fmt.Sprintf("No variable named %q is declared in this file.", name)
-	if s := suggest(name, sortedKeys(p.vars)); s != "" {
+	if s := suggest(name, slices.Sorted(maps.Keys(p.vars))); s != "" {
 		detail += fmt.Sprintf(" Did you mean %q?", s)
 	} else {
 		detail += fmt.Sprintf(` Declare it with a variable %q { } block.`, name)
@@ -399,15 +401,6 @@ func (p *parser) where(r hcl.Range) string {
 		return fmt.Sprintf("line %d", r.Start.Line)
 	}
 	return fmt.Sprintf("%s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // sortDiagnostics orders diagnostics by position so the output reads top to

@@ -2,6 +2,8 @@ package spec
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -84,12 +86,12 @@ func (p *parser) decodeVariables(blocks hcl.Blocks) {
 		p.errorAt(b.DefRange, "No value for required variable",
 			fmt.Sprintf("Variable %q has no default. Set it with -var %s=VALUE or the environment variable %s%s.", name, name, EnvVarPrefix, name))
 	}
-	for _, name := range sortedKeys(p.opts.Vars) {
+	for _, name := range slices.Sorted(maps.Keys(p.opts.Vars)) {
 		if p.varDefs[name] != nil {
 			continue
 		}
 		detail := fmt.Sprintf("A value was given with -var %s=..., but no variable %q is declared in %s.", name, name, p.filename)
-		if s := suggest(name, sortedKeys(p.varDefs)); s != "" {
+		if s := suggest(name, slices.Sorted(maps.Keys(p.varDefs))); s != "" {
 			detail += fmt.Sprintf(" Did you mean %q?", s)
 		}
 		p.diags = append(p.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Value for undeclared variable", Detail: detail})

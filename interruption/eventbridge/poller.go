@@ -14,8 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
-
-	"github.com/fleetd/fleetd/interruption"
+	"github.com/fleetd/fleetd/internal/ctxtime"
 )
 
 // SQSAPI is the part of the SQS client the Poller uses; *sqs.Client
@@ -129,7 +128,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			p.errs.Add(1)
 			d := bo.next()
 			p.logger().Warn("sqs receive failed", "queue", url, "err", err, "retry_in", d)
-			if !interruption.Sleep(ctx, d) {
+			if ctxtime.Sleep(ctx, d) != nil {
 				break
 			}
 			continue
@@ -168,7 +167,7 @@ func (p *Poller) resolve(ctx context.Context) (string, error) {
 		p.errs.Add(1)
 		d := bo.next()
 		p.logger().Warn("sqs GetQueueUrl failed", "queue", p.Queue, "err", err, "retry_in", d)
-		if !interruption.Sleep(ctx, d) {
+		if ctxtime.Sleep(ctx, d) != nil {
 			break
 		}
 	}

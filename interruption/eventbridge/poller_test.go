@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/eventbridge"
 	"github.com/fleetd/fleetd/providers/aws/fakesqs"
@@ -89,13 +90,7 @@ func start(t *testing.T, p *eventbridge.Poller) {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, 10*time.Millisecond, what, cond)
 }
 
 func TestPollerEventKinds(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/interruption"
 )
 
@@ -118,7 +119,7 @@ func (w *Watcher) watch(ctx context.Context, path string, judge func(context.Con
 				return
 			}
 			report(err)
-			if !interruption.Sleep(ctx, backoff) {
+			if ctxtime.Sleep(ctx, backoff) != nil {
 				return
 			}
 			backoff = min(2*backoff, maxB)
@@ -128,7 +129,7 @@ func (w *Watcher) watch(ctx context.Context, path string, judge func(context.Con
 		if v.ETag == "" {
 			// Without an ETag a hanging GET cannot say "after this value":
 			// poll instead, gently.
-			if !interruption.Sleep(ctx, minB) {
+			if ctxtime.Sleep(ctx, minB) != nil {
 				return
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/gceops"
 	"github.com/fleetd/fleetd/providers"
@@ -17,11 +18,7 @@ import (
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
 )
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 // launch starts n spot instances through the real gcp provider, so the
 // test checks the notice names the provider's own instance ids.

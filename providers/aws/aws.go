@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/defaults"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -121,36 +122,16 @@ var _ providers.Provider = (*Provider)(nil)
 
 // New returns an EC2 provider.
 func New(opts Options) *Provider {
-	if opts.SpotPriceTTL <= 0 {
-		opts.SpotPriceTTL = DefaultSpotPriceTTL
-	}
-	if opts.InstanceTypeTTL <= 0 {
-		opts.InstanceTypeTTL = DefaultInstanceTypeTTL
-	}
-	if opts.ConsistencyWindow <= 0 {
-		opts.ConsistencyWindow = DefaultConsistencyWindow
-	}
-	if opts.PlacementScoreTTL <= 0 {
-		opts.PlacementScoreTTL = DefaultPlacementScoreTTL
-	}
-	if opts.PlacementScoreRetry <= 0 {
-		opts.PlacementScoreRetry = DefaultPlacementScoreRetry
-	}
-	if opts.RetryMaxAttempts <= 0 {
-		opts.RetryMaxAttempts = DefaultRetryMaxAttempts
-	}
-	if opts.RetryMaxBackoff <= 0 {
-		opts.RetryMaxBackoff = DefaultRetryMaxBackoff
-	}
-	if opts.ConsistencyRetryDelay <= 0 {
-		opts.ConsistencyRetryDelay = 250 * time.Millisecond
-	}
-	if opts.OnDemandPriceTTL <= 0 {
-		opts.OnDemandPriceTTL = DefaultOnDemandPriceTTL
-	}
-	if opts.OnDemandPriceRetry <= 0 {
-		opts.OnDemandPriceRetry = DefaultOnDemandPriceRetry
-	}
+	defaults.Positive(&opts.SpotPriceTTL, DefaultSpotPriceTTL)
+	defaults.Positive(&opts.InstanceTypeTTL, DefaultInstanceTypeTTL)
+	defaults.Positive(&opts.ConsistencyWindow, DefaultConsistencyWindow)
+	defaults.Positive(&opts.PlacementScoreTTL, DefaultPlacementScoreTTL)
+	defaults.Positive(&opts.PlacementScoreRetry, DefaultPlacementScoreRetry)
+	defaults.Positive(&opts.RetryMaxAttempts, DefaultRetryMaxAttempts)
+	defaults.Positive(&opts.RetryMaxBackoff, DefaultRetryMaxBackoff)
+	defaults.Positive(&opts.ConsistencyRetryDelay, 250*time.Millisecond)
+	defaults.Positive(&opts.OnDemandPriceTTL, DefaultOnDemandPriceTTL)
+	defaults.Positive(&opts.OnDemandPriceRetry, DefaultOnDemandPriceRetry)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

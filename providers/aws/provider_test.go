@@ -15,16 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/aws"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 func find(t *testing.T, offs []providers.Offering, zone, typ string, ct providers.CapacityType) providers.Offering {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
+	"github.com/fleetd/fleetd/internal/defaults"
 	"github.com/fleetd/fleetd/providers"
 	"google.golang.org/api/option"
 )
@@ -70,18 +71,10 @@ var _ providers.Provider = (*Provider)(nil)
 
 // New returns a GCE provider.
 func New(opts Options) *Provider {
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.PageSize <= 0 {
-		opts.PageSize = DefaultPageSize
-	}
-	if opts.PriceTTL <= 0 {
-		opts.PriceTTL = DefaultPriceTTL
-	}
-	if opts.PriceRetry <= 0 {
-		opts.PriceRetry = DefaultPriceRetry
-	}
+	defaults.Positive(&opts.PollInterval, DefaultPollInterval)
+	defaults.Positive(&opts.PageSize, DefaultPageSize)
+	defaults.Positive(&opts.PriceTTL, DefaultPriceTTL)
+	defaults.Positive(&opts.PriceRetry, DefaultPriceRetry)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -190,16 +183,4 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 		return providers.Info{}, err
 	}
 	return providers.Info{Name: Name, Schema: Schema, NoticeLead: NoticeLead}, nil
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

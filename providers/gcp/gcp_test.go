@@ -15,16 +15,13 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/gcp"
 	"github.com/fleetd/fleetd/providers/gcp/fakegce"
 )
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 // offering picks one offering of the provider's list.
 func offering(t *testing.T, p *gcp.Provider, cfg providers.Config, zone, typ string, ct providers.CapacityType) providers.Offering {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/providers"
 	"google.golang.org/protobuf/proto"
 )
@@ -276,7 +277,7 @@ func (p *Provider) wait(ctx context.Context, cl *clients, project, zone string, 
 		}
 		op = next
 		if op.GetStatus() != computepb.Operation_DONE {
-			if err := sleep(ctx, p.opts.PollInterval-time.Since(start)); err != nil {
+			if err := ctxtime.Sleep(ctx, p.opts.PollInterval-time.Since(start)); err != nil {
 				return nil, err
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
 )
@@ -632,7 +633,7 @@ func (p *Provider) stopNode(ctx context.Context, st store, id string) error {
 	grace := p.opts.StopGrace
 	deadline := time.Now().Add(grace)
 	for len(sessionMembers(sid, 0)) > 0 && time.Now().Before(deadline) {
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -640,22 +641,11 @@ func (p *Provider) stopNode(ctx context.Context, st store, id string) error {
 		if !sessionIsOurs(sid, rec.PIDStart) || signalSession(sid, 0, syscall.SIGKILL) == 0 {
 			return nil
 		}
-		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	return fmt.Errorf("node %s: processes of session %d survived SIGKILL", id, sid)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Interrupt implements providers.Interrupter: it publishes a notice on the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/agent"
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/interruption/imds"
 	"github.com/fleetd/fleetd/providers"
@@ -173,13 +174,7 @@ func sessionSize(sid int) int {
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testutil.WaitFor(t, limit, 25*time.Millisecond, what, cond)
 }
 
 func imdsClient(t *testing.T, in providers.Instance, e *env) *imds.Client {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers"
 	"github.com/fleetd/fleetd/providers/providertest"
 )
@@ -23,11 +24,7 @@ func gpuOffering(t *testing.T) providers.Offering {
 	return providers.Offering{}
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func ctx(t *testing.T) context.Context { return testutil.Context(t, 10*time.Second) }
 
 func TestMemCapacityAndAvailable(t *testing.T) {
 	p := providertest.NewMemProvider()

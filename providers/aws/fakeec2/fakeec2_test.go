@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers/aws/fakeec2"
 )
 
@@ -36,11 +37,7 @@ func newClient(t *testing.T, region string) (*fakeec2.Server, *ec2.Client, strin
 	return fake, client, ts.URL
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 10*time.Second) }
 
 // run launches n instances under token, failing the test if EC2 says no.
 func run(t *testing.T, c *ec2.Client, token string, n int32) *ec2.RunInstancesOutput {

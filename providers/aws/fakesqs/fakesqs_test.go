@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/providers/aws/fakesqs"
 )
 
@@ -38,11 +39,7 @@ func setup(t *testing.T) (*fakesqs.Server, *sqs.Client, string) {
 	return fake, client, aws.ToString(out.QueueUrl)
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 15*time.Second) }
 
 // TestSendReceiveDelete goes through the real SDK, which checks the MD5
 // digests the fake computes.

@@ -1,7 +1,4 @@
-// Package apitest holds what the HTTP handler tests of fleet/api and the
-// daemon share: a leaf (standard library only), so package api's own tests
-// may import it.
-package apitest
+package testutil
 
 import (
 	"context"
