@@ -191,14 +191,11 @@ func retry(ctx context.Context, b backoff, f func(context.Context) error, progre
 		if progress != nil {
 			progress(attempt, err)
 		}
-		if err := sleepCtx(ctx, b.next()); err != nil {
+		if err := ctxtime.Sleep(ctx, b.next()); err != nil {
 			return err
 		}
 	}
 }
-
-// sleepCtx is the agent's name for ctxtime.Sleep, which its retry loops back off with.
-var sleepCtx = ctxtime.Sleep
 
 var errPinMismatch = errors.New("tls: no certificate presented by the daemon matches the pinned CA fingerprint")
 

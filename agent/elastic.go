@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
@@ -453,7 +454,7 @@ func (e *elastic) ensureWatch(ctx context.Context) {
 			if prog.ok() {
 				e.a.log.Warn("rendezvous watch failed; retrying", "err", err)
 			}
-			if sleepCtx(wctx, b.next()) != nil {
+			if ctxtime.Sleep(wctx, b.next()) != nil {
 				return
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"github.com/fleetd/fleetd/interruption/gcemeta"
 	"github.com/fleetd/fleetd/interruption/imds"
 )
@@ -96,7 +97,7 @@ func (a *agent) discoverIdentity(ctx context.Context) identity {
 		fetch := func(item string) string {
 			var last error
 			for attempt := range 3 {
-				if attempt > 0 && sleepCtx(ctx, time.Duration(attempt)*500*time.Millisecond) != nil {
+				if attempt > 0 && ctxtime.Sleep(ctx, time.Duration(attempt)*500*time.Millisecond) != nil {
 					return ""
 				}
 				actx, cancel := context.WithTimeout(ctx, 2*time.Second)

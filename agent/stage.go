@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetd/fleetd/agent/ckpt"
 	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/internal/ctxtime"
 )
 
 // Data modes (spec.DataMount etc.; agent/ does not import fleet/).
@@ -316,7 +317,7 @@ func (s *stager) served(d agentwire.DataConfig, dir string) string {
 // keep showing a copy in progress.
 func (s *stager) sendFinal(ctx context.Context, r agentwire.StagingReport) {
 	for i := range 3 {
-		if s.send(ctx, r) == nil || sleepCtx(ctx, time.Duration(i+1)*stageReportEvery) != nil {
+		if s.send(ctx, r) == nil || ctxtime.Sleep(ctx, time.Duration(i+1)*stageReportEvery) != nil {
 			return
 		}
 	}

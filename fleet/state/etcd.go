@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/ctxtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -185,7 +186,7 @@ func (s *Etcd) update(ctx context.Context, fenced bool, fn func(*etcdKV) error) 
 		if attempt >= s.maxAttempts {
 			return fmt.Errorf("etcd state %s: %w (gave up after %d attempts)", s.layout.prefix, ErrConflict, attempt)
 		}
-		if err := sleep(ctx, retryDelay(attempt)); err != nil {
+		if err := ctxtime.Sleep(ctx, retryDelay(attempt)); err != nil {
 			return err
 		}
 	}
@@ -262,7 +263,7 @@ func (s *Etcd) commit(k *etcdKV, fenced bool) (ok bool, err error) {
 			s.commitKnown = false
 			return false, fmt.Errorf("etcd state %s: %w: %w", s.layout.prefix, ErrCommitUnknown, err)
 		}
-		_ = sleep(ctx, retryDelay(try))
+		_ = ctxtime.Sleep(ctx, retryDelay(try))
 	}
 }
 
@@ -302,17 +303,6 @@ func retryDelay(attempt int) time.Duration {
 	d := retryBase << min(attempt-1, 16)
 	d = min(d, retryMax)
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Events returns up to limit events with Seq > since in Seq order; limit <= 0
