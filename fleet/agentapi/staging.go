@@ -284,6 +284,7 @@ func (a *API) stagingPeer(w http.ResponseWriter, r *http.Request) {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	src := redactStore(req.Source)
 	now := a.now()
+	perGB := a.sourcePerGB(f, src, me) // parses the spec: not under the lock
 	a.stagings.mu.Lock()
 	defer a.stagings.mu.Unlock()
 	for _, c := range nodes {
@@ -304,9 +305,9 @@ func (a *API) stagingPeer(w http.ResponseWriter, r *http.Request) {
 				reports = append(reports, b.r)
 			}
 		}
-		peer, why := preferPeer(float64(e.r.Total), me.Offering.PricePerHour, a.sourcePerGB(f, src, me), measuredRates(reports))
+		peer, why := preferPeer(float64(e.r.Total), me.Offering.PricePerHour, perGB, measuredRates(reports))
 		if !peer {
-			api.WriteError(w, http.StatusNotFound, fmt.Errorf("copy %s from the source, not from %s: it is expected to cost less (%s)", src, c.ID, why))
+			api.WriteError(w, http.StatusNotFound, fmt.Errorf("copy %s from the source, not from %s: the source is expected to cost less (%s)", src, c.ID, why))
 			return
 		}
 		exp := now.Add(peerGrantFor).Unix()
