@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -26,13 +24,7 @@ import (
 // whose group allows only SSH, and an FSx id that does not exist, get ✗
 // rows with their fixes under the provider block, and exit 1.
 func TestCheckFileSystemsAgainstMoto(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs moto")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	w := newMotoWorld(t, ctx, map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}})
-	motoEnv(t, w.moto)
+	ctx, w := eastMotoWorld(t)
 	n := w.nets["us-east-1"]
 	c := w.moto.EC2("us-east-1")
 	group := func(name string, port int32) string {

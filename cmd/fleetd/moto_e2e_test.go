@@ -68,19 +68,28 @@ func motoEnv(t *testing.T, moto *motoserver.Server) (credsFile string) {
 	return credsFile
 }
 
+// eastMotoWorld is the moto world of the end-to-end tests against the aws
+// provider (us-east-1a and 1b, the SDK's environment pointed at moto),
+// with a context bounding the test; skipped under -short.
+func eastMotoWorld(t *testing.T) (context.Context, *motoWorld) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary and runs moto")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	w := newMotoWorld(t, ctx, map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}})
+	motoEnv(t, w.moto)
+	return ctx, w
+}
+
 // TestMotoEndToEnd runs the real `fleetd serve` with its aws provider
 // against moto, an AWS emulator this project did not write: apply launches
 // spot instances with fleetd's tags, market options, user data and
 // subnets; an EventBridge spot warning put into moto's SQS queue drains and
 // replaces a node; destroy leaves nothing running.
 func TestMotoEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs moto")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	w := newMotoWorld(t, ctx, map[string][]string{"us-east-1": {"us-east-1a", "us-east-1b"}})
-	motoEnv(t, w.moto)
+	ctx, w := eastMotoWorld(t)
 	net := w.nets["us-east-1"]
 	bin := fleetdBinary(t)
 	d := startDaemon(t, bin, t.TempDir(), freeAddr(t))
