@@ -280,15 +280,17 @@ const DefaultCheckpointFlush = 10 * time.Minute
 // flushCheckpoints uploads the newest complete checkpoint when the job
 // finished, if the store lacks it, within CheckpointFlush: the daemon
 // terminates the node next.
-func (e *elastic) flushCheckpoints(ctx context.Context) {
+func (e *elastic) flushCheckpoints(ctx context.Context) error {
 	if e.ckpt == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.a.opts.CheckpointFlush)
 	defer cancel()
-	if err := e.ckpt.m.Sync(ctx); err != nil {
+	err := e.ckpt.m.Sync(ctx)
+	if err != nil {
 		e.a.log.Error("uploading the final checkpoint failed", "err", err)
 	}
+	return err
 }
 
 // drainReportBound bounds reporting a drain's end when the exclusion
@@ -321,9 +323,8 @@ func (e *elastic) reportDrained(ctx context.Context, v rendezvous.View) {
 		defer cancel()
 		if ck != nil {
 			start := time.Now()
-			if err := ck.m.Sync(ctx); err != nil {
+			if err := e.flushCheckpoints(ctx); err != nil {
 				req.FlushError = err.Error()
-				log.Error("storing the newest checkpoint before leaving failed", "err", err)
 			} else if _, err := ck.send(ctx, dc); err != nil {
 				log.Warn("reporting the checkpoint status before leaving failed", "err", err)
 			}

@@ -245,7 +245,7 @@ func (e *elastic) run(ctx context.Context) error {
 		}
 	}
 	if e.finished {
-		e.flushCheckpoints(ctx)
+		_ = e.flushCheckpoints(ctx) // logged; the node is deleted next either way
 		e.a.log.Info("job finished: agent exits", "success", e.cur.Success, "round", e.cur.Round)
 		return nil
 	}

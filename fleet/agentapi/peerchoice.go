@@ -73,6 +73,8 @@ func preferPeer(bytes, perHour, perGB float64, r copyRates) (bool, string) {
 	return pUSD <= bUSD, why
 }
 
+// gb is decimal (GB, MB), unlike humanBytes: the rates and transfer
+// prices it stands beside are per decimal GB.
 func gb(b float64) string {
 	switch {
 	case b >= 1e9:

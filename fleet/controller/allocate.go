@@ -157,7 +157,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 		}
 		in.Fleets = append(in.Fleets, af)
 		occ[f.Name] = occupancy{project: af.Project, gpusPerNode: af.GPUsPerNode, live: af.Current, draining: draining,
-			priority: af.Priority, arrivalUnixNanos: af.Arrival.UnixNano()}
+			priority: af.Priority, arrival: af.Arrival}
 	}
 	// A destroying, completed or stopped fleet is out of the decision,
 	// but its nodes hold their GPUs until they are gone.

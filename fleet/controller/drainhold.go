@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/allocator"
 )
@@ -35,11 +36,11 @@ func (h *drainHold) why() string {
 // made: live nodes (as the allocator counts them) and draining ones whose
 // instances still run.
 type occupancy struct {
-	project          string
-	gpusPerNode      int
-	live, draining   int
-	priority         int
-	arrivalUnixNanos int64
+	project        string
+	gpusPerNode    int
+	live, draining int
+	priority       int
+	arrival        time.Time
 }
 
 // drainHolds grants each growing fleet's new nodes against what is free
@@ -82,7 +83,7 @@ func drainHolds(dec allocator.Decision, in allocator.Input, occ map[string]occup
 	}
 	slices.SortStableFunc(grows, func(x, y allocator.Allocation) int {
 		ox, oy := occ[x.Fleet], occ[y.Fleet]
-		return cmp.Or(cmp.Compare(oy.priority, ox.priority), cmp.Compare(ox.arrivalUnixNanos, oy.arrivalUnixNanos))
+		return cmp.Or(cmp.Compare(oy.priority, ox.priority), ox.arrival.Compare(oy.arrival))
 	})
 	holds := map[string]drainHold{}
 	for _, a := range grows {
