@@ -155,6 +155,10 @@ func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (al
 	if ledger == nil {
 		ledger = &budget.Ledger{}
 	}
+	queued := map[string]int{}
+	for _, q := range dec.Queue {
+		queued[q.Project]++
+	}
 	names := projs.Names()
 	borrowed := 0
 	for _, name := range names {
@@ -167,8 +171,7 @@ func (pa projectsAPI) storedUse(ctx context.Context, projs *projects.Config) (al
 		if p.Unlimited && used[name] == 0 && !slices.ContainsFunc(dec.Fleets, func(a allocator.Allocation) bool { return a.Project == name }) {
 			continue
 		}
-		u := allocator.ProjectUse{Name: name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, UsedGPUs: used[name],
-			Queued: len(slices.DeleteFunc(slices.Clone(dec.Queue), func(q allocator.QueueEntry) bool { return q.Project != name }))}
+		u := allocator.ProjectUse{Name: name, QuotaGPUs: p.QuotaGPUs, MaxGPUs: p.MaxGPUs, UsedGPUs: used[name], Queued: queued[name]}
 		if !p.Unlimited {
 			u.BorrowedGPUs, u.LentGPUs = allocator.Lending(p.QuotaGPUs, used[name], &borrowed)
 			dec.UsedGPUs += used[name]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -41,7 +42,7 @@ func (a *API) drained(w http.ResponseWriter, r *http.Request) {
 			msg += "; storing its newest checkpoint failed: " + req.FlushError
 		}
 		_, err = tx.AppendEvent(state.Event{Fleet: fleetName, Node: nodeID, Type: "node.drained",
-			Message: fmt.Sprintf("node %s drained: %s; it is deleted now, %s before its drain deadline", nodeID, msg, n.Deadline.Sub(a.now()).Round(100_000_000)),
+			Message: fmt.Sprintf("node %s drained: %s; it is deleted now, %s before its drain deadline", nodeID, msg, n.Deadline.Sub(a.now()).Round(100*time.Millisecond)),
 			Data:    map[string]string{"checkpoint_step": strconv.FormatInt(req.CheckpointStep, 10)}})
 		return err
 	})
