@@ -199,31 +199,19 @@ func (t *tx) Fleet(name string) (Fleet, error) {
 	if err := t.check(false); err != nil {
 		return Fleet{}, err
 	}
-	v, err := t.kv.get(refFleets, name)
-	if err != nil {
-		return Fleet{}, err
-	}
-	if v == nil {
+	var f Fleet
+	found, err := t.getJSON(refFleets, "fleet", name, &f)
+	if err == nil && !found {
 		return Fleet{}, fmt.Errorf("fleet %q: %w", name, ErrNotFound)
 	}
-	var f Fleet
-	return f, decode("fleet", name, v, &f)
+	return f, err
 }
 
 func (t *tx) Fleets() ([]Fleet, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
-	out := []Fleet{}
-	err := t.kv.scan(refFleets, "", func(k string, v []byte) (bool, error) {
-		var f Fleet
-		if err := decode("fleet", k, v, &f); err != nil {
-			return false, err
-		}
-		out = append(out, f)
-		return true, nil
-	})
-	return out, err
+	return scanJSON[Fleet](t.kv, refFleets, "fleet")
 }
 
 func (t *tx) PutFleet(f Fleet) (Fleet, error) {
@@ -346,15 +334,12 @@ func (t *tx) Node(fleet, id string) (Node, error) {
 		}
 		return n, nil
 	}
-	v, err := t.kv.get(refNodes(fleet), id)
-	if err != nil {
-		return Node{}, err
-	}
-	if v == nil {
+	var n Node
+	found, err := t.getJSON(refNodes(fleet), "node", id, &n)
+	if err == nil && !found {
 		return Node{}, notFound()
 	}
-	var n Node
-	return n, decode("node", id, v, &n)
+	return n, err
 }
 
 // cachedNode looks a node up in this transaction's own writes, then in the
@@ -407,15 +392,7 @@ func (t *tx) nodesOf(fleet string, shared bool) ([]Node, error) {
 			return out, err
 		}
 	}
-	out := []Node{}
-	err := t.kv.scan(refNodes(fleet), "", func(k string, v []byte) (bool, error) {
-		var n Node
-		if err := decode("node", k, v, &n); err != nil {
-			return false, err
-		}
-		out = append(out, n)
-		return true, nil
-	})
+	out, err := scanJSON[Node](t.kv, refNodes(fleet), "node")
 	if err != nil {
 		return nil, err
 	}
@@ -524,19 +501,10 @@ func (t *tx) Stagings(fleet string) ([]StagingRecord, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
-	out := []StagingRecord{}
 	if fleet == "" { // would name the parent bucket
-		return out, nil
+		return []StagingRecord{}, nil
 	}
-	err := t.kv.scan(refStaging(fleet), "", func(k string, v []byte) (bool, error) {
-		var r StagingRecord
-		if err := decode("staging", k, v, &r); err != nil {
-			return false, err
-		}
-		out = append(out, r)
-		return true, nil
-	})
-	return out, err
+	return scanJSON[StagingRecord](t.kv, refStaging(fleet), "staging")
 }
 
 // deleteStagings deletes node's staging records, found as a key range.
@@ -643,31 +611,19 @@ func (t *tx) Offering(key string) (OfferingRecord, error) {
 	if err := t.check(false); err != nil {
 		return OfferingRecord{}, err
 	}
-	v, err := t.kv.get(refOfferings, key)
-	if err != nil {
-		return OfferingRecord{}, err
-	}
-	if v == nil {
+	var r OfferingRecord
+	found, err := t.getJSON(refOfferings, "offering", key, &r)
+	if err == nil && !found {
 		return OfferingRecord{Key: key}, nil
 	}
-	var r OfferingRecord
-	return r, decode("offering", key, v, &r)
+	return r, err
 }
 
 func (t *tx) Offerings() ([]OfferingRecord, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
-	out := []OfferingRecord{}
-	err := t.kv.scan(refOfferings, "", func(k string, v []byte) (bool, error) {
-		var r OfferingRecord
-		if err := decode("offering", k, v, &r); err != nil {
-			return false, err
-		}
-		out = append(out, r)
-		return true, nil
-	})
-	return out, err
+	return scanJSON[OfferingRecord](t.kv, refOfferings, "offering")
 }
 
 // PutOffering stores r under r.Key with UpdatedAt set to now.
@@ -696,6 +652,31 @@ func (t *tx) putJSON(b bucketRef, key string, v, stored any) error {
 		return json.Unmarshal(data, stored)
 	}
 	return nil
+}
+
+// getJSON decodes key's record in bucket b into v; false (and v untouched)
+// when there is none.
+func (t *tx) getJSON(b bucketRef, what, key string, v any) (bool, error) {
+	data, err := t.kv.get(b, key)
+	if err != nil || data == nil {
+		return false, err
+	}
+	return true, decode(what, key, data, v)
+}
+
+// scanJSON decodes every record in bucket b, in key order; on an error it
+// returns what it decoded before it.
+func scanJSON[T any](k kv, b bucketRef, what string) ([]T, error) {
+	out := []T{}
+	err := k.scan(b, "", func(key string, v []byte) (bool, error) {
+		var r T
+		if err := decode(what, key, v, &r); err != nil {
+			return false, err
+		}
+		out = append(out, r)
+		return true, nil
+	})
+	return out, err
 }
 
 func decode(what, key string, data []byte, v any) error {
