@@ -234,25 +234,11 @@ func live(s state.NodeState) bool {
 
 // Plan implements api.Backend.
 func (d *Daemon) Plan(ctx context.Context, req api.ApplyRequest) (api.Plan, error) {
-	file, err := d.parseRequest(req)
+	file, err := d.check.admit(ctx, req, d.scope)
 	if err != nil {
 		return api.Plan{}, err
 	}
-	if err := d.scope.checkSpec(ctx, file); err != nil {
-		return api.Plan{}, err
-	}
-	if err := d.check.checkReachable(file); err != nil {
-		return api.Plan{}, err
-	}
-	if err := d.agents.checkAgentBinaries(ctx, file); err != nil {
-		return api.Plan{}, err
-	}
-	var p api.Plan
-	err = d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		p, err = d.planFile(tx, file)
-		return err
-	})
+	p, err := state.Read(ctx, d.store, func(tx state.Tx) (api.Plan, error) { return d.planFile(tx, file) })
 	if err != nil {
 		return p, err
 	}
@@ -299,19 +285,8 @@ func (d *Daemon) planScaling(fl *spec.Fleet, fp *api.FleetPlan) {
 // generation when changed) and record the change in the event log, in one
 // durable transaction.
 func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResponse, error) {
-	file, err := d.parseRequest(req)
+	file, err := d.check.admit(ctx, req, d.scope)
 	if err != nil {
-		return api.ApplyResponse{}, err
-	}
-	if err := d.scope.checkSpec(ctx, file); err != nil {
-		return api.ApplyResponse{}, err
-	}
-	// Before anything else: nodes that could not reach the daemon would
-	// boot, never join, and be replaced in a loop at the cloud's prices.
-	if err := d.check.checkReachable(file); err != nil {
-		return api.ApplyResponse{}, err
-	}
-	if err := d.agents.checkAgentBinaries(ctx, file); err != nil {
 		return api.ApplyResponse{}, err
 	}
 	if !req.SkipCheck {
@@ -319,12 +294,8 @@ func (d *Daemon) Apply(ctx context.Context, req api.ApplyRequest) (api.ApplyResp
 		// permission refuses the apply here, before anything is stored, with
 		// the same rows `fleetd check` prints. It runs outside the
 		// transaction (provider calls are slow), so it checks the plan as of now.
-		var p api.Plan
-		if err := d.store.View(ctx, func(tx state.Tx) error {
-			var err error
-			p, err = d.planFile(tx, file)
-			return err
-		}); err != nil {
+		p, err := state.Read(ctx, d.store, func(tx state.Tx) (api.Plan, error) { return d.planFile(tx, file) })
+		if err != nil {
 			return api.ApplyResponse{}, err
 		}
 		if err := d.check.preflightApply(ctx, file, p); err != nil {

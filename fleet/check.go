@@ -29,6 +29,26 @@ type checker struct {
 	parse func(api.ApplyRequest) (*spec.File, error)
 }
 
+// admit parses a spec sent for plan or apply and makes the checks both
+// answer before anything else: the caller's project scope, whether nodes
+// can reach the daemon (checkReachable) and the agent binaries.
+func (d *checker) admit(ctx context.Context, req api.ApplyRequest, scope fleetScope) (*spec.File, error) {
+	file, err := d.parse(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := scope.checkSpec(ctx, file); err != nil {
+		return nil, err
+	}
+	if err := d.checkReachable(file); err != nil {
+		return nil, err
+	}
+	if err := d.agents.checkAgentBinaries(ctx, file); err != nil {
+		return nil, err
+	}
+	return file, nil
+}
+
 // checkTimeout bounds one provider block's preflight; a full AWS check is a
 // few dozen calls per region.
 const checkTimeout = 2 * time.Minute

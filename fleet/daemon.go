@@ -471,12 +471,7 @@ func (d *Daemon) Close() error {
 
 // terminateAll deletes every instance of every fleet (dev mode shutdown).
 func (d *Daemon) terminateAll(ctx context.Context) {
-	var fleets []state.Fleet
-	_ = d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		fleets, err = tx.Fleets()
-		return err
-	})
+	fleets, _ := state.Read(ctx, d.store, state.Tx.Fleets)
 	d.eachProvider(ctx, fleets, func(f state.Fleet, name string, p providers.Provider, cfg providers.Config) {
 		who := reconcile.FleetIdentity(f, d.daemonID)
 		insts, err := p.List(ctx, cfg, map[string]string{providers.TagFleet: f.Name, providers.TagDaemonID: d.daemonID})

@@ -17,12 +17,8 @@ type intakeDeps struct{ d *Daemon }
 var _ intake.Deps = intakeDeps{}
 
 func (x intakeDeps) LiveFleets(ctx context.Context) ([]intake.Fleet, error) {
-	var fleets []state.Fleet
-	if err := x.d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		fleets, err = tx.Fleets()
-		return err
-	}); err != nil {
+	fleets, err := state.Read(ctx, x.d.store, state.Tx.Fleets)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]intake.Fleet, 0, len(fleets))

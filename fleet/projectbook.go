@@ -91,12 +91,7 @@ func (b *projectBook) Config() *projects.Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var doc projectsDoc
-	err := b.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		doc, err = readProjectChanges(tx)
-		return err
-	})
+	doc, err := state.Read(ctx, b.store, readProjectChanges)
 	if err != nil {
 		b.log.Warn("read project changes; using the last known projects", "err", err)
 		if b.cur == nil {

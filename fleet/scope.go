@@ -22,12 +22,8 @@ type fleetScope struct {
 // stored fleet, from its stored spec. An unreadable spec is in no
 // project (""), so a project-limited token never reaches it.
 func (d fleetScope) fleetProject(ctx context.Context, name string) (string, error) {
-	var f state.Fleet
-	if err := d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		f, err = tx.Fleet(name)
-		return err
-	}); err != nil {
+	f, err := state.Read(ctx, d.store, func(tx state.Tx) (state.Fleet, error) { return tx.Fleet(name) })
+	if err != nil {
 		return "", fmt.Errorf("fleet %q: %w", name, err)
 	}
 	fl, err := d.spec(f)

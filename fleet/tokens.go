@@ -101,13 +101,7 @@ func readTokens(tx state.Tx) (tokenDoc, error) {
 
 // loadTokens reads the token records in a transaction of their own.
 func (d *scopedTokens) loadTokens(ctx context.Context) (tokenDoc, error) {
-	var doc tokenDoc
-	err := d.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		doc, err = readTokens(tx)
-		return err
-	})
-	return doc, err
+	return state.Read(ctx, d.store, readTokens)
 }
 
 func writeTokens(tx state.Tx, doc tokenDoc) error {

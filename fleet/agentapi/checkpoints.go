@@ -170,12 +170,7 @@ func storeErrKind(err error) string {
 
 // ckptTarget resolves the fleet of a node API call to its signed store.
 func (a *API) ckptTarget(ctx context.Context, fleetName string) (*spec.Checkpoint, *blob.Bucket, int, error) {
-	var f state.Fleet
-	err := a.deps.View(ctx, func(tx state.Tx) error {
-		var err error
-		f, err = tx.Fleet(fleetName)
-		return err
-	})
+	f, err := state.Read(ctx, a.deps, func(tx state.Tx) (state.Fleet, error) { return tx.Fleet(fleetName) })
 	if err != nil {
 		if errors.Is(err, state.ErrNotFound) {
 			return nil, nil, http.StatusNotFound, err

@@ -63,12 +63,7 @@ func (a *API) AuthorizeNode(r *http.Request, fleetName, nodeID string) error {
 	if fleetName == "" || nodeID == "" {
 		return fmt.Errorf("%w: a node token acts only on its own node", errForbidden)
 	}
-	var node state.Node
-	err := a.deps.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		node, err = tx.Node(fleetName, nodeID)
-		return err
-	})
+	node, err := state.Read(r.Context(), a.deps, func(tx state.Tx) (state.Node, error) { return tx.Node(fleetName, nodeID) })
 	if !api.TokenEqual(tok, []byte(NodeToken(a.secret, fleetName, nodeID, node.CreatedAt))) {
 		return fmt.Errorf("%w: token is not valid for node %s/%s", errForbidden, fleetName, nodeID)
 	}

@@ -203,12 +203,7 @@ func (p *pool) allocate(ctx context.Context, fleets []state.Fleet) {
 // storedNodes is the fleet's nodes as the store has them (none when it
 // cannot be read: the pass then decides on what it has).
 func (c *Controller) storedNodes(ctx context.Context, fleet string) []state.Node {
-	var nodes []state.Node
-	_ = c.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		nodes, err = tx.Nodes(fleet)
-		return err
-	})
+	nodes, _ := state.Read(ctx, c.store, func(tx state.Tx) ([]state.Node, error) { return tx.Nodes(fleet) })
 	return nodes
 }
 

@@ -204,12 +204,8 @@ func (c *Controller) Run(ctx context.Context) {
 
 // ReconcileAll runs one pass over every fleet, concurrently.
 func (c *Controller) ReconcileAll(ctx context.Context) {
-	var fleets []state.Fleet
-	if err := c.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		fleets, err = tx.Fleets()
-		return err
-	}); err != nil {
+	fleets, err := state.Read(ctx, c.store, state.Tx.Fleets)
+	if err != nil {
 		c.log.Error("reconcile: list fleets", "err", err)
 		return
 	}

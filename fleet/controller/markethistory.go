@@ -49,12 +49,8 @@ func (c *Controller) seedSpotHistory(ctx context.Context, rt *Runtime, now time.
 	if rt.saved != nil || len(rt.Fallback.Spot) > 0 {
 		return
 	}
-	var h MarketHistory
-	if err := c.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		h, err = LoadMarketHistory(tx)
-		return err
-	}); err != nil {
+	h, err := state.Read(ctx, c.store, LoadMarketHistory)
+	if err != nil {
 		c.log.Warn("load market history; the fleet starts from the prior", "err", err)
 		return
 	}

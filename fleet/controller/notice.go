@@ -20,12 +20,7 @@ func (c *Controller) HandleNotice(ctx context.Context, fleetName string, n inter
 	if err := n.Validate(); err != nil {
 		return err
 	}
-	var node state.Node
-	err := c.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		node, err = tx.Node(fleetName, n.Node)
-		return err
-	})
+	node, err := state.Read(ctx, c.store, func(tx state.Tx) (state.Node, error) { return tx.Node(fleetName, n.Node) })
 	if err != nil {
 		return fmt.Errorf("notice for %s/%s: %w", fleetName, n.Node, err)
 	}

@@ -177,3 +177,19 @@ type Store interface {
 	Events(ctx context.Context, since uint64, limit int) ([]Event, error)
 	Close() error
 }
+
+// Viewer is the read side of a Store.
+type Viewer interface {
+	View(ctx context.Context, fn func(Tx) error) error
+}
+
+// Read runs fn in a read transaction and returns what it read.
+func Read[T any](ctx context.Context, s Viewer, fn func(Tx) (T, error)) (T, error) {
+	var out T
+	err := s.View(ctx, func(tx Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
+	})
+	return out, err
+}

@@ -1155,12 +1155,8 @@ func testNodeReadsIsolated(t *testing.T, s state.Store, _ *Clock) {
 // Nodes reads a fleet's nodes from s in a View, failing the test on an error.
 func Nodes(t testing.TB, s state.Store, fleet string) []state.Node {
 	t.Helper()
-	var nodes []state.Node
-	if err := s.View(context.Background(), func(tx state.Tx) error {
-		var err error
-		nodes, err = tx.Nodes(fleet)
-		return err
-	}); err != nil {
+	nodes, err := state.Read(context.Background(), s, func(tx state.Tx) ([]state.Node, error) { return tx.Nodes(fleet) })
+	if err != nil {
 		t.Fatalf("read the nodes of %s: %v", fleet, err)
 	}
 	return nodes
