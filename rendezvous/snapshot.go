@@ -14,18 +14,13 @@ const SnapshotVersion = 1
 // member gets a fresh DeadAfter of grace instead of being dropped for the
 // daemon's downtime.
 type Snapshot struct {
-	Version    int        `json:"version"`
-	Config     Config     `json:"config"`
-	RunID      string     `json:"run_id"`
-	Round      int        `json:"round"`
-	State      RoundState `json:"state"`
-	Success    bool       `json:"success,omitempty"`
-	OpenedAt   time.Time  `json:"opened_at"`
-	ClosedAt   time.Time  `json:"closed_at,omitzero"`
-	FinishedAt time.Time  `json:"finished_at,omitzero"`
-	Deadline   time.Time  `json:"deadline,omitzero"`
-	StandbyAt  time.Time  `json:"standby_at,omitzero"`
-	Seq        uint64     `json:"seq"`
+	Version int    `json:"version"`
+	Config  Config `json:"config"`
+	RunID   string `json:"run_id"`
+	RoundInfo
+	Deadline  time.Time `json:"deadline,omitzero"`
+	StandbyAt time.Time `json:"standby_at,omitzero"`
+	Seq       uint64    `json:"seq"`
 	// Order is the last closed round's node ids in group-rank order.
 	Order      []string         `json:"order,omitempty"`
 	MasterPort int              `json:"master_port,omitempty"`
@@ -50,12 +45,11 @@ type SnapshotMember struct {
 // Snapshot captures the machine's durable state. O(members).
 func (m *Machine) Snapshot() Snapshot {
 	s := Snapshot{
-		Version: SnapshotVersion, Config: m.cfg, RunID: m.runID,
-		Round: m.round, State: m.state, Success: m.success,
-		OpenedAt: utc(m.openedAt), ClosedAt: utc(m.closedAt), FinishedAt: utc(m.finishedAt),
+		Version: SnapshotVersion, Config: m.cfg, RunID: m.runID, RoundInfo: m.roundInfo(),
 		Deadline: utc(m.deadline), StandbyAt: utc(m.standbyAt), Seq: m.seq,
 		NoticeRound: m.noticeRound, NoticeReason: m.noticeReason, NoticeDeadline: utc(m.noticeDeadline),
 	}
+	s.OpenedAt, s.ClosedAt, s.FinishedAt = utc(s.OpenedAt), utc(s.ClosedAt), utc(s.FinishedAt)
 	if len(m.order) > 0 {
 		s.Order = append([]string(nil), m.order...)
 		s.MasterPort = m.masterPort

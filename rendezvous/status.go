@@ -7,15 +7,10 @@ import (
 
 // Status is an operator's view of a fleet's rendezvous.
 type Status struct {
-	Fleet      string     `json:"fleet"`
-	RunID      string     `json:"run_id"`
-	Config     Config     `json:"config"`
-	Round      int        `json:"round"`
-	State      RoundState `json:"state"`
-	Success    bool       `json:"success,omitempty"`
-	OpenedAt   time.Time  `json:"opened_at"`
-	ClosedAt   time.Time  `json:"closed_at,omitzero"`
-	FinishedAt time.Time  `json:"finished_at,omitzero"`
+	Fleet  string `json:"fleet"`
+	RunID  string `json:"run_id"`
+	Config Config `json:"config"`
+	RoundInfo
 	// LastCallAt is when an open round with MinNodes closes.
 	LastCallAt time.Time `json:"last_call_at,omitzero"`
 	// StandbyAt is when waiting standbys are merged into a new round.
@@ -32,6 +27,21 @@ type Status struct {
 	// Unsaved is set while the last change could not be persisted; a
 	// closed round is not announced to agents until it is.
 	Unsaved bool `json:"unsaved,omitempty"`
+}
+
+// RoundInfo is the current round's number, state and times, in both
+// Status and Snapshot.
+type RoundInfo struct {
+	Round      int        `json:"round"`
+	State      RoundState `json:"state"`
+	Success    bool       `json:"success,omitempty"`
+	OpenedAt   time.Time  `json:"opened_at"`
+	ClosedAt   time.Time  `json:"closed_at,omitzero"`
+	FinishedAt time.Time  `json:"finished_at,omitzero"`
+}
+
+func (m *Machine) roundInfo() RoundInfo {
+	return RoundInfo{Round: m.round, State: m.state, Success: m.success, OpenedAt: m.openedAt, ClosedAt: m.closedAt, FinishedAt: m.finishedAt}
 }
 
 // MemberStatus is one live member.
@@ -59,8 +69,7 @@ type MemberStatus struct {
 // hot paths.
 func (m *Machine) Status() Status {
 	st := Status{
-		RunID: m.runID, Config: m.cfg, Round: m.round, State: m.state, Success: m.success,
-		OpenedAt: m.openedAt, ClosedAt: m.closedAt, FinishedAt: m.finishedAt,
+		RunID: m.runID, Config: m.cfg, RoundInfo: m.roundInfo(),
 		Members: []MemberStatus{},
 	}
 	if m.state == RoundOpen {
