@@ -208,59 +208,56 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
+// call is Do for a route answering with a T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
+	var out T
+	err := c.Do(ctx, method, path, nil, body, &out)
+	return out, err
+}
+
 func (c *Client) Status(ctx context.Context) (Status, error) {
-	var s Status
-	return s, c.Do(ctx, http.MethodGet, "/v1/status", nil, nil, &s)
+	return call[Status](ctx, c, http.MethodGet, "/v1/status", nil)
 }
 
 // Cluster asks the server the client talks to who answers and who leads.
 func (c *Client) Cluster(ctx context.Context) (ClusterInfo, error) {
-	var i ClusterInfo
-	return i, c.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil, &i)
+	return call[ClusterInfo](ctx, c, http.MethodGet, "/v1/cluster", nil)
 }
 
 func (c *Client) Plan(ctx context.Context, req ApplyRequest) (Plan, error) {
-	var p Plan
-	return p, c.Do(ctx, http.MethodPost, "/v1/plan", nil, req, &p)
+	return call[Plan](ctx, c, http.MethodPost, "/v1/plan", req)
 }
 
 func (c *Client) Apply(ctx context.Context, req ApplyRequest) (ApplyResponse, error) {
-	var r ApplyResponse
-	return r, c.Do(ctx, http.MethodPost, "/v1/fleets", nil, req, &r)
+	return call[ApplyResponse](ctx, c, http.MethodPost, "/v1/fleets", req)
 }
 
 func (c *Client) Fleet(ctx context.Context, name string) (FleetDetail, error) {
-	var d FleetDetail
-	return d, c.Do(ctx, http.MethodGet, "/v1/fleets/"+url.PathEscape(name), nil, nil, &d)
+	return call[FleetDetail](ctx, c, http.MethodGet, "/v1/fleets/"+url.PathEscape(name), nil)
 }
 
 func (c *Client) Destroy(ctx context.Context, name string) (FleetSummary, error) {
-	var f FleetSummary
-	return f, c.Do(ctx, http.MethodDelete, "/v1/fleets/"+url.PathEscape(name), nil, nil, &f)
+	return call[FleetSummary](ctx, c, http.MethodDelete, "/v1/fleets/"+url.PathEscape(name), nil)
 }
 
 // Projects returns the daemon's projects (GET /v1/projects).
 func (c *Client) Projects(ctx context.Context) (ProjectsResponse, error) {
-	var r ProjectsResponse
-	return r, c.Do(ctx, http.MethodGet, "/v1/projects", nil, nil, &r)
+	return call[ProjectsResponse](ctx, c, http.MethodGet, "/v1/projects", nil)
 }
 
 // SetProject creates or replaces a project (PUT /v1/projects/{name}, admin).
 func (c *Client) SetProject(ctx context.Context, name string, req ProjectRequest) (ProjectChanged, error) {
-	var r ProjectChanged
-	return r, c.Do(ctx, http.MethodPut, "/v1/projects/"+url.PathEscape(name), nil, req, &r)
+	return call[ProjectChanged](ctx, c, http.MethodPut, "/v1/projects/"+url.PathEscape(name), req)
 }
 
 // DeleteProject deletes a project (DELETE /v1/projects/{name}, admin).
 func (c *Client) DeleteProject(ctx context.Context, name string) (ProjectChanged, error) {
-	var r ProjectChanged
-	return r, c.Do(ctx, http.MethodDelete, "/v1/projects/"+url.PathEscape(name), nil, nil, &r)
+	return call[ProjectChanged](ctx, c, http.MethodDelete, "/v1/projects/"+url.PathEscape(name), nil)
 }
 
 // Queue returns the fleets waiting to start (GET /v1/queue).
 func (c *Client) Queue(ctx context.Context) (QueueResponse, error) {
-	var r QueueResponse
-	return r, c.Do(ctx, http.MethodGet, "/v1/queue", nil, nil, &r)
+	return call[QueueResponse](ctx, c, http.MethodGet, "/v1/queue", nil)
 }
 
 // Resume un-pauses a paused fleet.

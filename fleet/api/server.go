@@ -409,6 +409,15 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// reply answers with v, or with err as fail maps it.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, v)
+}
+
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st, err := s.backend.Status(r.Context())
 	if err != nil {
@@ -440,11 +449,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := s.backend.Plan(r.Context(), req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	WriteJSON(w, http.StatusOK, p)
+	s.reply(w, r, p, err)
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
@@ -453,11 +458,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.backend.Apply(r.Context(), req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	WriteJSON(w, http.StatusOK, resp)
+	s.reply(w, r, resp, err)
 }
 
 func (s *Server) fleets(w http.ResponseWriter, r *http.Request) {
@@ -471,20 +472,12 @@ func (s *Server) fleets(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
 	d, err := s.backend.Fleet(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	WriteJSON(w, http.StatusOK, d)
+	s.reply(w, r, d, err)
 }
 
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	f, err := s.backend.Destroy(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	WriteJSON(w, http.StatusOK, f)
+	s.reply(w, r, f, err)
 }
 
 // events serves GET /v1/events?since=N&limit=L&wait=D. With wait, the call
