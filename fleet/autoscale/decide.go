@@ -263,21 +263,11 @@ func finish(in Input, d Decision, target int, reason, why string) Decision {
 
 // options evaluates every size in [lo, hi].
 func options(in *Input, p Params, lo, hi int) ([]Option, *Model) {
-	type acc struct{ w, wr float64 }
-	meas := map[int]*acc{}
+	meas := map[int]*sizeSum{}
 	var model *Model
 	if in.Tracker != nil {
 		pts := in.Tracker.Points(in.InstanceType)
-		for _, pt := range pts {
-			a := meas[pt.Nodes]
-			if a == nil {
-				a = &acc{}
-				meas[pt.Nodes] = a
-			}
-			w := math.Min(pt.Seconds, maxWeight)
-			a.w += w
-			a.wr += w * float64(pt.Nodes) / pt.Rate // averaged in y, as the model is
-		}
+		meas = sumBySize(pts) // averaged in y, as the model is
 		if m, ok := Fit(pts); ok {
 			model = &m
 		}
@@ -285,15 +275,15 @@ func options(in *Input, p Params, lo, hi int) ([]Option, *Model) {
 	perNode := 0.0 // the best observed per-node rate: linear scaling's optimism
 	s0, s1 := 0, 0 // the smallest and largest measured sizes
 	for n, a := range meas {
-		if a.w > 0 && a.wr > 0 {
-			perNode = math.Max(perNode, a.w/a.wr)
+		if a.w > 0 && a.wy > 0 {
+			perNode = math.Max(perNode, a.w/a.wy)
 			if s0 == 0 || n < s0 {
 				s0 = n
 			}
 			s1 = max(s1, n)
 		}
 	}
-	xAt := func(n int) float64 { return float64(n) * meas[n].w / meas[n].wr }
+	xAt := func(n int) float64 { return float64(n) * meas[n].w / meas[n].wy }
 	if in.WorkLeft <= 0 && in.WorkLeftAtMax > 0 && s1 > 0 {
 		// The spec's work is time at max_nodes: in samples, at its rate.
 		xmax := 0.0
@@ -323,7 +313,7 @@ func options(in *Input, p Params, lo, hi int) ([]Option, *Model) {
 		switch a := meas[n]; {
 		case a != nil && a.w > 0:
 			o.Measured, o.Seconds = true, a.w
-			o.SamplesPerSec = float64(n) / (a.wr / a.w)
+			o.SamplesPerSec = float64(n) / (a.wy / a.w)
 			o.Low, o.High = o.SamplesPerSec, o.SamplesPerSec
 			if model != nil {
 				if l, h, ok := model.Bounds(n, p.Z); ok && !math.IsInf(h, 0) {

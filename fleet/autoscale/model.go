@@ -62,27 +62,18 @@ type Point struct {
 // Fit fits the model to throughput observations; false without any
 // usable one.
 func Fit(points []Point) (Model, bool) {
-	type acc struct{ w, wy float64 }
-	by := map[int]*acc{}
-	n := 0
+	var usable []Point
 	for _, p := range points {
 		if p.Nodes < 1 || !(p.Rate > 0) || !(p.Seconds > 0) || math.IsInf(p.Rate, 0) {
 			continue
 		}
-		a := by[p.Nodes]
-		if a == nil {
-			a = &acc{}
-			by[p.Nodes] = a
-		}
-		w := math.Min(p.Seconds, maxWeight)
-		a.w += w
-		a.wy += w * float64(p.Nodes) / p.Rate
-		n++
+		usable = append(usable, p)
 	}
-	if n == 0 {
+	if len(usable) == 0 {
 		return Model{}, false
 	}
-	m := Model{Points: n}
+	by := sumBySize(usable)
+	m := Model{Points: len(usable)}
 	for s := range by {
 		m.Sizes = append(m.Sizes, s)
 	}
@@ -125,6 +116,27 @@ func Fit(points []Point) (Model, bool) {
 	floor := NoiseFloor * my
 	m.Sigma = math.Sqrt(math.Max(s2, floor*floor))
 	return m, true
+}
+
+// sizeSum is one size's observations summed, each weighted by the seconds
+// it measured (up to maxWeight): w the weights, wy the weighted y = N/X
+// (node-seconds per sample); wy/w is the size's mean y.
+type sizeSum struct{ w, wy float64 }
+
+// sumBySize sums the points of each size.
+func sumBySize(points []Point) map[int]*sizeSum {
+	by := map[int]*sizeSum{}
+	for _, p := range points {
+		a := by[p.Nodes]
+		if a == nil {
+			a = &sizeSum{}
+			by[p.Nodes] = a
+		}
+		w := math.Min(p.Seconds, maxWeight)
+		a.w += w
+		a.wy += w * float64(p.Nodes) / p.Rate
+	}
+	return by
 }
 
 // maxWeight caps one observation's weight (seconds): a day-long round
