@@ -40,24 +40,7 @@ type etcdSchema struct {
 var currentEtcdSchema = etcdSchema{version: SchemaVersion, migrations: etcdMigrations}
 
 func (sc etcdSchema) plan(from int) ([]etcdMigration, error) {
-	var out []etcdMigration
-	for v := from; v < sc.version; v++ {
-		var found []etcdMigration
-		for _, m := range sc.migrations {
-			if m.from == v {
-				found = append(found, m)
-			}
-		}
-		switch len(found) {
-		case 0:
-			return nil, fmt.Errorf("no migration from schema version %d to %d", v, v+1)
-		case 1:
-			out = append(out, found[0])
-		default:
-			return nil, fmt.Errorf("two migrations from schema version %d", v)
-		}
-	}
-	return out, nil
+	return planMigrations(sc.migrations, func(m etcdMigration) int { return m.from }, from, sc.version)
 }
 
 // OpenEtcd opens the state under opts.Prefix on the etcd cluster cli talks

@@ -137,11 +137,18 @@ var currentSchema = schema{version: SchemaVersion, migrations: migrations}
 
 // plan returns the migrations that take a file from version from to s.version.
 func (s schema) plan(from int) ([]migration, error) {
-	var out []migration
-	for v := from; v < s.version; v++ {
+	return planMigrations(s.migrations, func(m migration) int { return m.from }, from, s.version)
+}
+
+// planMigrations returns the migrations of ms (bbolt's or etcd's) that
+// take a layout from version from to version to: exactly one must start
+// at each version in between.
+func planMigrations[M any](ms []M, start func(M) int, from, to int) ([]M, error) {
+	var out []M
+	for v := from; v < to; v++ {
 		found := false
-		for _, m := range s.migrations {
-			if m.from == v {
+		for _, m := range ms {
+			if start(m) == v {
 				if found {
 					return nil, fmt.Errorf("two migrations from schema version %d", v)
 				}
