@@ -443,22 +443,17 @@ func (s *Server) scopeFleets(ctx context.Context, fleets []FleetSummary) []Fleet
 	return out
 }
 
-func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
-	var req ApplyRequest
-	if !DecodeBody(w, r, &req) {
-		return
-	}
-	p, err := s.backend.Plan(r.Context(), req)
-	s.reply(w, r, p, err)
-}
+func (s *Server) plan(w http.ResponseWriter, r *http.Request)  { serveSpec(s, w, r, s.backend.Plan) }
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) { serveSpec(s, w, r, s.backend.Apply) }
 
-func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+// serveSpec decodes a posted spec and answers with what call makes of it.
+func serveSpec[T any](s *Server, w http.ResponseWriter, r *http.Request, call func(context.Context, ApplyRequest) (T, error)) {
 	var req ApplyRequest
 	if !DecodeBody(w, r, &req) {
 		return
 	}
-	resp, err := s.backend.Apply(r.Context(), req)
-	s.reply(w, r, resp, err)
+	v, err := call(r.Context(), req)
+	s.reply(w, r, v, err)
 }
 
 func (s *Server) fleets(w http.ResponseWriter, r *http.Request) {
