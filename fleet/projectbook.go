@@ -42,12 +42,8 @@ type projectsDoc struct {
 
 func readProjectChanges(tx state.Tx) (projectsDoc, error) {
 	doc := projectsDoc{Version: projectsDocVersion}
-	b, err := tx.Meta(metaProjects)
-	if err != nil || len(b) == 0 {
+	if _, err := state.ReadMetaJSON(tx, metaProjects, "stored project changes are damaged", &doc); err != nil {
 		return doc, err
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return doc, fmt.Errorf("stored project changes are damaged: %w", err)
 	}
 	if doc.Version > projectsDocVersion {
 		return doc, fmt.Errorf("stored project changes have schema version %d; this fleetd reads up to %d (upgrade it)", doc.Version, projectsDocVersion)

@@ -193,18 +193,14 @@ func (s rdzvStore) LoadAll(ctx context.Context) (map[string]rendezvous.Snapshot,
 			return err
 		}
 		for _, f := range fleets {
-			b, err := tx.Meta(rdzvPrefix + f.Name)
+			var snap rendezvous.Snapshot
+			found, err := state.ReadMetaJSON(tx, rdzvPrefix+f.Name, "rendezvous snapshot of "+f.Name, &snap)
 			if err != nil {
 				return err
 			}
-			if len(b) == 0 {
-				continue
+			if found {
+				out[f.Name] = snap
 			}
-			var snap rendezvous.Snapshot
-			if err := json.Unmarshal(b, &snap); err != nil {
-				return fmt.Errorf("rendezvous snapshot of %s: %w", f.Name, err)
-			}
-			out[f.Name] = snap
 		}
 		return nil
 	})

@@ -89,14 +89,8 @@ func (c *scopedTokens) invalidate() {
 
 func readTokens(tx state.Tx) (tokenDoc, error) {
 	var doc tokenDoc
-	b, err := tx.Meta(metaTokens)
-	if err != nil || len(b) == 0 {
-		return doc, err
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return doc, fmt.Errorf("token records are damaged: %w", err)
-	}
-	return doc, nil
+	_, err := state.ReadMetaJSON(tx, metaTokens, "token records are damaged", &doc)
+	return doc, err
 }
 
 // loadTokens reads the token records in a transaction of their own.

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
@@ -33,14 +32,8 @@ type MarketHistory struct {
 
 func LoadMarketHistory(tx state.Tx) (MarketHistory, error) {
 	var h MarketHistory
-	b, err := tx.Meta(MarketHistoryKey)
-	if err != nil || len(b) == 0 {
-		return h, err
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		return h, fmt.Errorf("market history: %w", err)
-	}
-	return h, nil
+	_, err := state.ReadMetaJSON(tx, MarketHistoryKey, "market history", &h)
+	return h, err
 }
 
 // seedSpotHistory gives a fleet that has no persisted runtime yet (a new

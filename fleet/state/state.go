@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fleetd/fleetd/providers"
@@ -181,6 +182,20 @@ type Store interface {
 // Viewer is the read side of a Store.
 type Viewer interface {
 	View(ctx context.Context, fn func(Tx) error) error
+}
+
+// ReadMetaJSON decodes the JSON document stored under meta key into v;
+// false, and v untouched, when there is none. A document that does not
+// decode is an error prefixed with what.
+func ReadMetaJSON(tx Tx, key, what string, v any) (bool, error) {
+	b, err := tx.Meta(key)
+	if err != nil || len(b) == 0 {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return true, fmt.Errorf("%s: %w", what, err)
+	}
+	return true, nil
 }
 
 // Read runs fn in a read transaction and returns what it read.
