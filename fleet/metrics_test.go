@@ -330,16 +330,9 @@ func checkLiveSchema(t *testing.T, td *testDaemon) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, _ := http.NewRequest("GET", td.URL()+c.path, nil)
-			req.Header.Set("Authorization", "Bearer "+td.Token())
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != 200 {
-				t.Fatalf("HTTP %d: %s", resp.StatusCode, body)
+			code, body, _ := td.call(t, "GET", c.path, "Bearer "+td.Token(), nil)
+			if code != 200 {
+				t.Fatalf("HTTP %d: %s", code, body)
 			}
 			if err := v.Validate(body); err != nil {
 				t.Fatalf("response does not match schema %s: %v\n%s", c.def, err, body)
