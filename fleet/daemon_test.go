@@ -245,6 +245,15 @@ func (td *testDaemon) joinAll(t *testing.T, fleet string, joined map[string]bool
 	}
 }
 
+// joinBooting waits until booting nodes of fleet boot, joins them as their
+// agents would (joinAll) and waits until running nodes run.
+func (td *testDaemon) joinBooting(t *testing.T, fleet string, booting, running int, joined map[string]bool) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d booting nodes", booting), 10*time.Second, func() bool { return countState(td.nodes(t, fleet), state.NodeBooting) == booting })
+	td.joinAll(t, fleet, joined)
+	waitFor(t, fmt.Sprintf("%d running nodes", running), 10*time.Second, func() bool { return countState(td.nodes(t, fleet), state.NodeRunning) == running })
+}
+
 func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 	td, mem := startBooting(t)
 	ctx := context.Background()
