@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,22 +23,35 @@ import (
 	"github.com/fleetd/fleetd/providers/local/imdsfake"
 )
 
-type recordingReporter struct {
-	mu      sync.Mutex
-	notices []interruption.Notice
+// reports keeps, in order, what a fake receives from concurrent senders.
+type reports[T any] struct {
+	mu  sync.Mutex
+	all []T
 }
+
+func (r *reports[T]) add(v T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, v)
+}
+
+func (r *reports[T]) got() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+func (r *reports[T]) last() T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.all[len(r.all)-1]
+}
+
+type recordingReporter struct{ reports[interruption.Notice] }
 
 func (r *recordingReporter) ReportNotice(_ context.Context, n interruption.Notice) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notices = append(r.notices, n)
+	r.add(n)
 	return errors.New("daemon unreachable") // the agent must drain regardless
-}
-
-func (r *recordingReporter) got() []interruption.Notice {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]interruption.Notice(nil), r.notices...)
 }
 
 // waitFor polls cond every 20 ms for at most limit.
@@ -46,14 +60,22 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	testutil.WaitFor(t, limit, 20*time.Millisecond, what, cond)
 }
 
-func TestRunDrainsOnSpotNotice(t *testing.T) {
-	fake := imdsfake.New(imdsfake.Identity{InstanceID: "i-0agent", AvailabilityZone: "local-a", LifeCycle: "spot"}, nil)
+// serveIMDS serves fake as the instance metadata service on a loopback
+// port until the test ends; MetadataURL is its URL.
+func serveIMDS(t *testing.T, fake *imdsfake.Server) *imdsfake.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := imdsfake.Serve(ln, fake)
-	defer srv.Close(context.Background())
+	l := imdsfake.Serve(ln, fake)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
+func TestRunDrainsOnSpotNotice(t *testing.T) {
+	fake := imdsfake.New(imdsfake.Identity{InstanceID: "i-0agent", AvailabilityZone: "local-a", LifeCycle: "spot"}, nil)
+	srv := serveIMDS(t, fake)
 
 	root := t.TempDir()
 	cfg, err := ParseConfig([]byte(`{"fleet":"f","node_id":"node-7","metadata":{"kind":"aws-imds","url":"http://192.0.2.1:9"}}`))
@@ -183,12 +205,7 @@ func TestDiscoverIdentityFromMetadata(t *testing.T) {
 	defer gce.Close()
 	gce.Set("instance/network-interfaces/0/ip", "10.128.0.7")
 	aws := imdsfake.New(imdsfake.Identity{InstanceID: "i-0abc", AvailabilityZone: "us-east-1c", LocalIPv4: "10.0.3.9"}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	awsSrv := imdsfake.Serve(ln, aws)
-	defer awsSrv.Close(context.Background())
+	awsSrv := serveIMDS(t, aws)
 
 	tests := []struct {
 		name, kind, url, nodeAddr string

@@ -28,19 +28,30 @@ type testCA struct {
 
 func newTestCA(t *testing.T) testCA {
 	t.Helper()
+	key, der := issue(t, &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}, nil)
+	cert, _ := x509.ParseCertificate(der)
+	return testCA{cert: cert, key: key}
+}
+
+// issue makes a P-256 key and a certificate for it from tmpl, valid from
+// an hour ago to an hour ahead and signed by signer (nil: self-signed).
+func issue(t *testing.T, tmpl *x509.Certificate, signer *testCA) (*ecdsa.PrivateKey, []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	parent, parentKey := tmpl, key
+	if signer != nil {
+		parent, parentKey = signer.cert, signer.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return testCA{cert: cert, key: key}
+	return key, der
 }
 
 func (ca testCA) pin() string {
@@ -52,17 +63,8 @@ func (ca testCA) pin() string {
 // ips; withCA sends the CA along, as the daemon does.
 func (ca testCA) serve(t *testing.T, ips []net.IP, withCA bool) *httptest.Server {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "fleetd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: ips}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, der := issue(t, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "fleetd"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: ips}, &ca)
 	chain := [][]byte{der}
 	if withCA {
 		chain = append(chain, ca.cert.Raw)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,13 +213,7 @@ func TestExcludedNodeDrainsAndSurvivorsContinue(t *testing.T) {
 	if dr.Kind != DrainExcluded || !strings.Contains(dr.Detail, "spot-interruption (test)") {
 		t.Errorf("drain file %+v", dr)
 	}
-	var stopped bool
-	for _, ev := range victim.events(t) {
-		if ev.Event == "stop" && ev.Signal == "SIGTERM" {
-			stopped = true
-		}
-	}
-	if !stopped {
+	if !victim.stoppedBy(t, "SIGTERM") {
 		t.Error("the excluded node's worker never reported a SIGTERM stop")
 	}
 	if r := victim.rounds(t); !slices.Equal(r, []int{1}) {
@@ -580,12 +573,7 @@ func TestDaemonOutageKeepsWorkersRunning(t *testing.T) {
 func TestSpotNoticeDrainsAndReachesDaemonAfterRestart(t *testing.T) {
 	addrs := loopbackAddrs(t, 1)
 	fake := imdsfake.New(imdsfake.Identity{InstanceID: "i-0spot", AvailabilityZone: "local-1a", LifeCycle: "spot", LocalIPv4: addrs[0]}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := imdsfake.Serve(ln, fake)
-	defer meta.Close(context.Background())
+	meta := serveIMDS(t, fake)
 
 	ckpt := t.TempDir()
 	d := newFakeDaemon(t, rdzvConfig(t, 1, 1), trainerJob(t, 2000, ckpt))
@@ -633,14 +621,7 @@ func TestSpotNoticeDrainsAndReachesDaemonAfterRestart(t *testing.T) {
 		return false
 	})
 	// The daemon excluded the node: its workers are stopped with SIGTERM.
-	waitFor(t, 10*time.Second, "the worker's SIGTERM stop", func() bool {
-		for _, ev := range a.events(t) {
-			if ev.Event == "stop" && ev.Signal == "SIGTERM" {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 10*time.Second, "the worker's SIGTERM stop", func() bool { return a.stoppedBy(t, "SIGTERM") })
 	if n := d.registerCount("spot"); n < 2 {
 		t.Errorf("registered %d times, want a re-registration after the restart", n)
 	}
@@ -676,13 +657,7 @@ func TestAgentShutdownStopsWorkersAndLeaves(t *testing.T) {
 			t.Errorf("%s is still a member after a graceful shutdown: %+v", leaver.id, m)
 		}
 	}
-	var stopped bool
-	for _, ev := range leaver.events(t) {
-		if ev.Event == "stop" && ev.Signal == "SIGTERM" {
-			stopped = true
-		}
-	}
-	if !stopped {
+	if !leaver.stoppedBy(t, "SIGTERM") {
 		t.Error("the stopped agent's worker did not get a SIGTERM")
 	}
 	if _, err := os.Stat(leaver.paths().PIDFile); !os.IsNotExist(err) {

@@ -216,11 +216,19 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	bad := func(err error) { http.Error(w, err.Error(), http.StatusBadRequest) }
+	// decoded reads the request into req, answering 400 when it does not
+	// decode strictly, as the daemon does.
+	decoded := func(req any) bool {
+		if err := dec.Decode(req); err != nil {
+			bad(err)
+			return false
+		}
+		return true
+	}
 	switch op {
 	case "register":
 		var req registerRequest
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		if net.ParseIP(req.Address) == nil {
@@ -233,8 +241,7 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		writeTestJSON(w, registerResponse{Fleet: fleet, Node: node, Training: d.tc, RendezvousURL: d.url()})
 	case "notice":
 		var req noticeRequest
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		d.mu.Lock()
@@ -252,8 +259,7 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 	case "staging":
 		var req agentwire.StagingReport
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		d.mu.Lock()
@@ -262,8 +268,7 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case "logs":
 		var req logsRequest
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		d.mu.Lock()
@@ -272,8 +277,7 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case "drained":
 		var req agentwire.DrainedRequest
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		d.mu.Lock()
@@ -282,8 +286,7 @@ func (d *fakeDaemon) agentAPI(w http.ResponseWriter, r *http.Request) {
 		writeTestJSON(w, map[string]bool{"ended": true})
 	case "done":
 		var req doneRequest
-		if err := dec.Decode(&req); err != nil {
-			bad(err)
+		if !decoded(&req) {
 			return
 		}
 		d.mu.Lock()
@@ -554,6 +557,17 @@ func (a *testAgent) workerLines(fn func(round int, line []byte)) {
 		}
 		fh.Close()
 	}
+}
+
+// stoppedBy reports whether a worker of the agent logged a stop by signal
+// sig.
+func (a *testAgent) stoppedBy(t *testing.T, sig string) bool {
+	for _, ev := range a.events(t) {
+		if ev.Event == "stop" && ev.Signal == sig {
+			return true
+		}
+	}
+	return false
 }
 
 // maxStep is the highest step the agent's workers printed.

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,12 +182,7 @@ func TestIgnoredCheckpointRequestIsKilledAtBound(t *testing.T) {
 	py := needPython(t)
 	addrs := loopbackAddrs(t, 2)
 	fake := imdsfake.New(imdsfake.Identity{InstanceID: "i-0leaver", AvailabilityZone: "local-1a", LifeCycle: "spot", LocalIPv4: addrs[0]}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := imdsfake.Serve(ln, fake)
-	defer meta.Close(context.Background())
+	meta := serveIMDS(t, fake)
 
 	dir, ckpt := t.TempDir(), t.TempDir()
 	scr := filepath.Join(dir, "ignore.py")

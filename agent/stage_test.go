@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,21 +46,12 @@ var datasetSizes = map[string]int{"train/shard-000.bin": 3 << 20, "train/shard-0
 
 // recorder keeps the reports a stager sends.
 type recorder struct {
-	mu sync.Mutex
-	rs []agentwire.StagingReport
+	reports[agentwire.StagingReport]
 }
 
 func (r *recorder) send(_ context.Context, s agentwire.StagingReport) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rs = append(r.rs, s)
+	r.add(s)
 	return nil
-}
-
-func (r *recorder) last() agentwire.StagingReport {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.rs[len(r.rs)-1]
 }
 
 func newTestStager(t *testing.T, root string, rec *recorder) *stager {
@@ -177,13 +167,13 @@ func TestStageProgressAndErrors(t *testing.T) {
 	}
 	checkStaged(t, filepath.Join(root, "d"), want)
 	var mid []agentwire.StagingReport
-	for _, r := range rec.rs {
+	for _, r := range rec.got() {
 		if !r.Done && r.Bytes < r.Total {
 			mid = append(mid, r)
 		}
 	}
 	if len(mid) == 0 {
-		t.Fatalf("no progress report while copying: %+v", rec.rs)
+		t.Fatalf("no progress report while copying: %+v", rec.got())
 	}
 	for i := 1; i < len(mid); i++ {
 		if mid[i].Bytes < mid[i-1].Bytes {

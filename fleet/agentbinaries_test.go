@@ -129,26 +129,13 @@ func TestAgentBinaryPerArch(t *testing.T) {
 	}
 
 	// The route serves the binary of the asked architecture.
-	req, _ := http.NewRequest(http.MethodGet, td.URL()+"/v1/agent/binary?arch="+other, nil)
-	req.Header.Set("Authorization", "Bearer "+td.Token())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, body, hdr := td.call(t, http.MethodGet, "/v1/agent/binary?arch="+other, "Bearer "+td.Token(), nil)
+	if code != http.StatusOK || string(body) != string(stub) || hdr.Get("X-Fleetd-Sha256") != want.SHA256 {
+		t.Errorf("GET ?arch=%s: %d, %d bytes, sha %s; want the stub", other, code, len(body), hdr.Get("X-Fleetd-Sha256"))
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(body) != string(stub) || resp.Header.Get("X-Fleetd-Sha256") != want.SHA256 {
-		t.Errorf("GET ?arch=%s: %d, %d bytes, sha %s; want the stub", other, resp.StatusCode, len(body), resp.Header.Get("X-Fleetd-Sha256"))
-	}
-	req, _ = http.NewRequest(http.MethodGet, td.URL()+"/v1/agent/binary?arch=riscv64", nil)
-	req.Header.Set("Authorization", "Bearer "+td.Token())
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "no agent binary for linux/riscv64") {
-		t.Errorf("GET ?arch=riscv64: %d %s, want 404 naming it", resp.StatusCode, body)
+	code, body, _ = td.call(t, http.MethodGet, "/v1/agent/binary?arch=riscv64", "Bearer "+td.Token(), nil)
+	if code != http.StatusNotFound || !strings.Contains(string(body), "no agent binary for linux/riscv64") {
+		t.Errorf("GET ?arch=riscv64: %d %s, want 404 naming it", code, body)
 	}
 }
 

@@ -1,11 +1,9 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,20 +24,13 @@ import (
 func (td *testDaemon) nodePost(t *testing.T, fleet, node, op string, body, out any) int {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", td.URL()+"/v1/agent/"+fleet+"/"+node+"/"+op, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+td.NodeToken(fleet, node))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode == http.StatusOK {
+	code, rb, _ := td.call(t, "POST", "/v1/agent/"+fleet+"/"+node+"/"+op, "Bearer "+td.NodeToken(fleet, node), b)
+	if out != nil && code == http.StatusOK {
 		if err := json.Unmarshal(rb, out); err != nil {
 			t.Fatalf("%s: %v: %s", op, err, rb)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 // TestCheckpointNodeAPI drives the daemon's checkpoint calls as an agent
@@ -191,14 +182,7 @@ func TestCheckpointNodeAPI(t *testing.T) {
 	if m := td.moveCost(fl); m == nil || m.Bytes != 3<<30 || m.Source.Cloud != "aws" || m.Source.Region != "us-east-1" {
 		t.Fatalf("move cost %+v", m)
 	}
-	mreq, _ := http.NewRequest("GET", td.URL()+"/metrics", nil)
-	mreq.Header.Set("Authorization", "Bearer "+td.Token())
-	resp, err := http.DefaultClient.Do(mreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, mb, _ := td.call(t, "GET", "/metrics", "Bearer "+td.Token(), nil)
 	for _, want := range []string{`fleetd_checkpoint_last_step{fleet="train"} 4`, `fleetd_checkpoint_bytes{fleet="train"} 3.221225472e+09`,
 		`fleetd_checkpoint_upload_mib_per_second{fleet="train"} 310`, `fleetd_checkpoint_store_failing{fleet="train"} 0`, `fleetd_checkpoint_last_step{fleet="local"} -1`} {
 		if !strings.Contains(string(mb), want) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ type testDaemon struct {
 	*Daemon
 	mem    *providertest.MemProvider
 	client *api.Client
+	// httpc makes raw requests (call); it trusts the daemon's CA.
+	httpc  *http.Client
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -116,13 +119,51 @@ func runTestDaemon(t *testing.T, opts Options, mem *providertest.MemProvider) *t
 	go func() { td.done <- d.Run(ctx) }()
 	t.Cleanup(td.stop)
 	copts := api.ClientOptions{Token: d.Token()}
+	td.httpc = &http.Client{Timeout: 30 * time.Second}
 	if d.CA() != nil {
 		copts.CAFingerprint = d.CA().Fingerprint
+		tc, err := api.ClientTLSConfig(nil, d.CA().Fingerprint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		td.httpc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	if td.client, err = api.NewClient(d.URL(), copts); err != nil {
 		t.Fatal(err)
 	}
 	return td
+}
+
+// call makes one request with the given Authorization header value ("" for
+// none) and returns the status, body and headers.
+func (td *testDaemon) call(t *testing.T, method, path, authz string, body []byte, hdr ...string) (int, []byte, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, td.URL()+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := td.httpc.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return resp.StatusCode, nil, resp.Header // endless: the status is the answer
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, resp.Header
 }
 
 // apply applies src as filename, failing the test on an error.
@@ -204,6 +245,15 @@ func (td *testDaemon) joinAll(t *testing.T, fleet string, joined map[string]bool
 	}
 }
 
+// joinBooting waits until booting nodes of fleet boot, joins them as their
+// agents would (joinAll) and waits until running nodes run.
+func (td *testDaemon) joinBooting(t *testing.T, fleet string, booting, running int, joined map[string]bool) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d booting nodes", booting), 10*time.Second, func() bool { return countState(td.nodes(t, fleet), state.NodeBooting) == booting })
+	td.joinAll(t, fleet, joined)
+	waitFor(t, fmt.Sprintf("%d running nodes", running), 10*time.Second, func() bool { return countState(td.nodes(t, fleet), state.NodeRunning) == running })
+}
+
 func TestDaemonConvergesAndReplacesOnNotice(t *testing.T) {
 	td, mem := startBooting(t)
 	ctx := context.Background()
@@ -272,25 +322,12 @@ func TestDaemonNodeTokenScope(t *testing.T) {
 	a, b := ns[0].ID, ns[1].ID
 	// Node a's token acting on node b is forbidden; no token is 401; a node
 	// token is not an admin token.
+	tokA := "Bearer " + td.NodeToken("train", a)
 	body, _ := json.Marshal(api.RegisterRequest{Address: "127.0.0.9"})
-	req, _ := http.NewRequest("POST", td.URL()+"/v1/agent/train/"+b+"/register", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+td.NodeToken("train", a))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if code, _, _ := td.call(t, "POST", "/v1/agent/train/"+b+"/register", tokA, body); code != http.StatusForbidden {
+		t.Fatalf("cross-node token: HTTP %d, want 403", code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("cross-node token: HTTP %d, want 403", resp.StatusCode)
-	}
-	req, _ = http.NewRequest("GET", td.URL()+"/v1/status", nil)
-	req.Header.Set("Authorization", "Bearer "+td.NodeToken("train", a))
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("node token on admin API: HTTP %d, want 401", resp.StatusCode)
+	if code, _, _ := td.call(t, "GET", "/v1/status", tokA, nil); code != http.StatusUnauthorized {
+		t.Fatalf("node token on admin API: HTTP %d, want 401", code)
 	}
 }

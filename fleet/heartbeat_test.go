@@ -24,10 +24,8 @@ func TestHeartbeatLossBecomesLostNotice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	td.apply(ctx, t, "train.hcl", spec)
-	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	joined := map[string]bool{}
-	td.joinAll(t, "train", joined)
-	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 3, 3, joined)
 	nodes := td.nodes(t, "train")
 	silent := nodes[0].ID
 	for _, n := range nodes[1:] {
@@ -74,9 +72,7 @@ func TestDroppedWatchChecksInstancesAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	td.apply(ctx, t, "train.hcl", memSpec)
-	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
-	td.joinAll(t, "train", map[string]bool{})
-	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 3, 3, map[string]bool{})
 	victim := td.nodes(t, "train")[0]
 
 	// The node's agent watches, as agents always do.
@@ -134,9 +130,7 @@ func TestDesiredNodesDecreaseActsAtOnce(t *testing.T) {
 	}
 	td.apply(ctx, t, "train.hcl", withDesired(3))
 	joined := map[string]bool{}
-	waitFor(t, "3 booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
-	td.joinAll(t, "train", joined)
-	waitFor(t, "3 running", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 3, 3, joined)
 	td.apply(ctx, t, "train.hcl", withDesired(2))
 	waitFor(t, "a running node drained for desired_nodes = 2 (the scale-down cooldown is 5 min)", 15*time.Second, func() bool {
 		return countState(td.nodes(t, "train"), state.NodeRunning) == 2

@@ -73,9 +73,7 @@ func TestLoadAPIConcurrentClients(t *testing.T) {
 	td := startDaemonWith(t, t.TempDir(), prov, prov.MemProvider, reconcile.Params{})
 	ctx := context.Background()
 	td.apply(ctx, t, "train.hcl", outageSpec)
-	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
-	td.joinAll(t, "train", map[string]bool{})
-	waitFor(t, "3 running nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 3, 3, map[string]bool{})
 
 	endpoints := []string{"/v1/status", "/v1/fleets/train", "/v1/events?since=0&limit=100", "/metrics"}
 	per := make([]latencies, len(endpoints))

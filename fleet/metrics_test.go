@@ -55,10 +55,8 @@ func runInterruptionScenario(t *testing.T) *interruptionScenario {
 	go followStream(ctx, td, sc.streamed)
 
 	td.apply(ctx, t, "train.hcl", memSpec)
-	waitFor(t, "3 booting nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 3 })
 	joined := map[string]bool{}
-	td.joinAll(t, "train", joined)
-	waitFor(t, "3 running nodes", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 3, 3, joined)
 
 	nodes := td.nodes(t, "train")
 	sc.victim = nodes[0].ID
@@ -68,9 +66,7 @@ func runInterruptionScenario(t *testing.T) *interruptionScenario {
 	if code := td.agentCall(t, "train", sc.victim, "notice", api.NoticeRequest{Kind: "spot-interruption", Deadline: time.Now().Add(2 * time.Minute), Source: "imds"}); code != http.StatusAccepted {
 		t.Fatalf("notice: HTTP %d", code)
 	}
-	waitFor(t, "replacement booting", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeBooting) == 1 })
-	td.joinAll(t, "train", joined)
-	waitFor(t, "3 running again", 10*time.Second, func() bool { return countState(td.nodes(t, "train"), state.NodeRunning) == 3 })
+	td.joinBooting(t, "train", 1, 3, joined)
 	waitFor(t, "both recovery kinds measured", 10*time.Second, func() bool {
 		kinds := map[string]bool{}
 		for _, r := range td.stats.Recoveries("train") {
@@ -330,16 +326,9 @@ func checkLiveSchema(t *testing.T, td *testDaemon) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, _ := http.NewRequest("GET", td.URL()+c.path, nil)
-			req.Header.Set("Authorization", "Bearer "+td.Token())
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != 200 {
-				t.Fatalf("HTTP %d: %s", resp.StatusCode, body)
+			code, body, _ := td.call(t, "GET", c.path, "Bearer "+td.Token(), nil)
+			if code != 200 {
+				t.Fatalf("HTTP %d: %s", code, body)
 			}
 			if err := v.Validate(body); err != nil {
 				t.Fatalf("response does not match schema %s: %v\n%s", c.def, err, body)

@@ -80,9 +80,8 @@ func memSchema(name string) (providers.ConfigSchema, bool) {
 // into a buffer the tests grep, optionally serving TLS with its own CA.
 type secDaemon struct {
 	*testDaemon
-	prov  *captureProvider
-	logs  *testutil.SyncBuffer
-	httpc *http.Client
+	prov *captureProvider
+	logs *testutil.SyncBuffer
 }
 
 func startSecDaemon(t *testing.T, dataDir string, withTLS bool) *secDaemon {
@@ -106,47 +105,7 @@ func startSecDaemonOn(t *testing.T, dataDir string, withTLS bool, prov *captureP
 	td := runTestDaemon(t, Options{Config: cfg, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Schema: memSchema, Providers: staticProviders{providertest.MemName: prov}, Tick: 100 * time.Millisecond}, prov.MemProvider)
-	sd := &secDaemon{testDaemon: td, prov: prov, logs: logs, httpc: &http.Client{Timeout: 30 * time.Second}}
-	if withTLS {
-		tc, err := api.ClientTLSConfig(nil, td.CA().Fingerprint)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sd.httpc.Transport = &http.Transport{TLSClientConfig: tc}
-	}
-	return sd
-}
-
-// call makes one request with the given Authorization header value ("" for
-// none) and returns the status, body and headers.
-func (sd *secDaemon) call(t *testing.T, method, path, authz string, body []byte, hdr ...string) (int, []byte, http.Header) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, sd.URL()+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if authz != "" {
-		req.Header.Set("Authorization", authz)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := sd.httpc.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return resp.StatusCode, nil, resp.Header // endless: the status is the answer
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, resp.Header
+	return &secDaemon{testDaemon: td, prov: prov, logs: logs}
 }
 
 func (sd *secDaemon) applyMem(t *testing.T) {

@@ -1,10 +1,8 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,18 +26,8 @@ func TestAgentVersionSkew(t *testing.T) {
 	nodes := td.nodes(t, "train")
 	register := func(node, version string) (int, string) {
 		b, _ := json.Marshal(api.RegisterRequest{Address: "127.0.0.9", AgentVersion: version})
-		req, err := http.NewRequest("POST", td.URL()+"/v1/agent/train/"+node+"/register", bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+td.NodeToken("train", node))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		code, body, _ := td.call(t, "POST", "/v1/agent/train/"+node+"/register", "Bearer "+td.NodeToken("train", node), b)
+		return code, string(body)
 	}
 	nodeState := func(id string) state.Node {
 		for _, n := range td.nodes(t, "train") {

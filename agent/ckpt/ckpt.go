@@ -73,28 +73,17 @@ var (
 )
 
 // ParseStepName returns N of "step-N".
-func ParseStepName(name string) (int64, bool) {
-	m := stepDirRE.FindStringSubmatch(name)
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	return n, err == nil
-}
+func ParseStepName(name string) (int64, bool) { return stepIn(stepDirRE, name) }
 
 // ManifestStep returns the step of a manifest key.
-func ManifestStep(key string) (int64, bool) {
-	m := manifestKeyRE.FindStringSubmatch(key)
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	return n, err == nil
-}
+func ManifestStep(key string) (int64, bool) { return stepIn(manifestKeyRE, key) }
 
 // DataStep returns the step a data key belongs to.
-func DataStep(key string) (int64, bool) {
-	m := dataStepPrefRE.FindStringSubmatch(key)
+func DataStep(key string) (int64, bool) { return stepIn(dataStepPrefRE, key) }
+
+// stepIn returns the step number re captures (its first group) in s.
+func stepIn(re *regexp.Regexp, s string) (int64, bool) {
+	m := re.FindStringSubmatch(s)
 	if m == nil {
 		return 0, false
 	}

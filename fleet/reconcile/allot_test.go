@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -17,10 +16,7 @@ func TestAllot(t *testing.T) {
 	a := offering("us-east-1a", "p4d", providers.Spot, 10)
 	f := testFleet(2, 4)
 	w := newWorld(t, f, a)
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 4 {
-		t.Fatalf("setup %v\n%s", c, w.dump())
-	}
+	w.settleRunning(4, "setup")
 	// n001 and n002 are the oldest: the reconciler alone drains the newest.
 	w.allot = &Allot{Nodes: 2, Drain: []string{"n002", "n001"}, Reason: "reclaimed by project b"}
 	w.targetAt = w.now
@@ -33,10 +29,7 @@ func TestAllot(t *testing.T) {
 	if !slices.Equal(drained, []string{"n001", "n002"}) || p.Target != 2 {
 		t.Fatalf("drained %v (target %d), want the allocator's n001, n002 at 2", drained, p.Target)
 	}
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 2 {
-		t.Fatalf("after shrink %v\n%s", c, w.dump())
-	}
+	w.settleRunning(2, "after shrink")
 
 	w.allot = &Allot{Nodes: 0, Reason: "pause: budget exhausted"}
 	p = w.pass()
@@ -44,18 +37,12 @@ func TestAllot(t *testing.T) {
 	if len(ds) != 2 || !strings.Contains(ds[0].Reason, "budget exhausted") {
 		t.Fatalf("pause: drains %+v, want both nodes with the allocator's reason", ds)
 	}
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 0 {
-		t.Fatalf("paused %v\n%s", c, w.dump())
-	}
+	w.settleRunning(0, "paused")
 	if p := w.pass(); len(p.Actions) != 0 {
 		t.Fatalf("a paused fleet at 0 does something: %v", p.Actions)
 	}
 
 	w.allot = nil
 	w.targetAt = w.now
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 4 {
-		t.Fatalf("resumed %v\n%s", c, w.dump())
-	}
+	w.settleRunning(4, "resumed")
 }

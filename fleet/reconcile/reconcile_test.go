@@ -298,10 +298,7 @@ func TestShrinkRateLimited(t *testing.T) {
 	w := newWorld(t, f, cheap, dear)
 	w.capacity[cheap.Key()] = 2
 	w.advertise = true
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 4 {
-		t.Fatalf("setup %v\n%s", c, w.dump())
-	}
+	w.settleRunning(4, "setup")
 
 	w.lastUp = w.now.Add(-time.Minute) // grew a minute ago
 	f.DesiredNodes = 2
@@ -330,10 +327,7 @@ func TestShrinkRateLimited(t *testing.T) {
 	if p := w.pass(); len(actionsOf[Drain](p)) != 1 {
 		t.Fatalf("second shrink after cooldown: %v", p.Actions)
 	}
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 1 {
-		t.Fatalf("end %v", c)
-	}
+	w.settleRunning(1, "end")
 }
 
 func TestShrinkCancelsInFlightAtOnce(t *testing.T) {
@@ -385,10 +379,7 @@ func TestAutoscalerTarget(t *testing.T) {
 	a := offering("us-east-1a", "p4d", providers.Spot, 10)
 	f := testFleet(2, 4)
 	w := newWorld(t, f, a)
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 4 {
-		t.Fatalf("without a target: %v, want max_nodes", c)
-	}
+	w.settleRunning(4, "without a target (max_nodes)")
 	// Grew a minute ago; the autoscaler decides 2 now: drained at once.
 	w.lastUp = w.now.Add(-time.Minute)
 	w.target, w.targetAt = 2, w.now
@@ -397,10 +388,7 @@ func TestAutoscalerTarget(t *testing.T) {
 		t.Fatalf("autoscaler's shrink waited: target %d, %v", p.Target, p.Actions)
 	}
 	w.lastDown = w.now
-	w.settle(step, 200)
-	if c := w.count(); c[state.NodeRunning] != 2 {
-		t.Fatalf("after shrinking: %v", c)
-	}
+	w.settleRunning(2, "after shrinking")
 	// Growth it decides goes at once too, even right after the shrink.
 	w.tick(step)
 	w.target, w.targetAt = 3, w.now

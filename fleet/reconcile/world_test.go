@@ -393,6 +393,16 @@ func onlyAlerts(p Plan) bool {
 }
 
 // count returns how many nodes are in each state.
+// settleRunning settles the world in steps of step and fails the test,
+// saying when, unless it then runs exactly running nodes.
+func (w *world) settleRunning(running int, when string) {
+	w.t.Helper()
+	w.settle(step, 200)
+	if c := w.count(); c[state.NodeRunning] != running {
+		w.t.Fatalf("%s: %v, want %d running\n%s", when, c, running, w.dump())
+	}
+}
+
 func (w *world) count() map[state.NodeState]int {
 	out := map[state.NodeState]int{}
 	for _, n := range w.nodes {
