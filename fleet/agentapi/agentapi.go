@@ -136,7 +136,6 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		changed := false
 		if skew == agentwire.TooOld || skew == agentwire.TooNew {
 			msg := fmt.Sprintf("agent %s is %s for this daemon (%s accepts agents %s)", req.AgentVersion, skew, daemonVersion, agentwire.Window(daemonVersion))
 			switch n.State {
@@ -160,30 +159,29 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if n.AgentVersion != req.AgentVersion {
-			n.AgentVersion, changed = req.AgentVersion, true
+			n.AgentVersion = req.AgentVersion
 		}
 		if req.Address != "" && n.Address != req.Address {
-			n.Address, changed = req.Address, true
+			n.Address = req.Address
 		}
 		if n.InstanceID == "" && req.InstanceID != "" {
-			n.InstanceID, changed = req.InstanceID, true
+			n.InstanceID = req.InstanceID
 		}
 		switch n.State {
 		case state.NodeRequested, state.NodeProvisioning, state.NodeBooting:
 			a.deps.Joined(fleetName, nodeID, a.now())
 			from := n.State
-			n.State, n.Reason, changed = state.NodeJoined, "agent registered", true
+			n.State, n.Reason = state.NodeJoined, "agent registered"
 			if _, err := tx.AppendEvent(state.Event{Fleet: fleetName, Node: nodeID, Type: "node.transition",
 				Message: fmt.Sprintf("%s → joined: agent registered from %s", from, req.Address),
 				Data:    map[string]string{"from": string(from), "to": string(state.NodeJoined)}}); err != nil {
 				return err
 			}
 		}
+		// Always written: the registration is the node's first heartbeat.
 		n.LastHeartbeat = a.now()
-		if changed || true {
-			if err := tx.PutNode(n); err != nil {
-				return err
-			}
+		if err := tx.PutNode(n); err != nil {
+			return err
 		}
 		t := fl.Training
 		resp = api.RegisterResponse{Fleet: fleetName, Node: nodeID, RendezvousURL: a.deps.URL(), Training: api.TrainingConfig{
