@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/fleetd/fleetd/bench/internal/procs"
 )
 
 func TestParseWorkerLine(t *testing.T) {
@@ -130,27 +128,6 @@ func TestSteady(t *testing.T) {
 	for _, tt := range tests {
 		if got := tl.Steady(tt.nodes, tt.ws, 3*time.Second, unixTime(tt.now)); got != tt.want {
 			t.Errorf("Steady(%v, %d, now=%v) = %v, want %v", tt.nodes, tt.ws, tt.now, got, tt.want)
-		}
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		stat    string
-		sid     int
-		exited  bool
-		wantErr bool
-	}{
-		{"4242 (python3) S 1 4242 4240 0 -1 4194560 0 0", 4240, false, false},
-		{"17 (a (b) c) Z 1 17 17 0 -1", 17, true, false},
-		{"17 (torch run) R 1 17 99 0", 99, false, false},
-		{"17 python3 S 1 17 99", 0, false, true},
-		{"17 (x) S 1", 0, false, true},
-	}
-	for _, tt := range tests {
-		sid, exited, err := procs.ParseStat([]byte(tt.stat))
-		if (err != nil) != tt.wantErr || sid != tt.sid || exited != tt.exited {
-			t.Errorf("procs.ParseStat(%q) = %d, %v, %v; want %d, %v, err %v", tt.stat, sid, exited, err, tt.sid, tt.exited, tt.wantErr)
 		}
 	}
 }
