@@ -22,6 +22,15 @@ type clientFlags struct {
 	json        bool
 }
 
+// newClientFlagSet is the flag set of a command that talks to the daemon,
+// with the client flags registered.
+func newClientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+	fs := newFlagSet(name, stderr)
+	cf := &clientFlags{}
+	cf.register(fs)
+	return fs, cf
+}
+
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", envOr("FLEETD_ADDR", "http://127.0.0.1:7777"), "daemon address (FLEETD_ADDR)")
 	fs.StringVar(&c.fingerprint, "ca-fingerprint", os.Getenv("FLEETD_CA_FINGERPRINT"), "pin the daemon CA by sha256 (FLEETD_CA_FINGERPRINT)")

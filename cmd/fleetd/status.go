@@ -20,10 +20,7 @@ func init() {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("status", stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 1 {
 		fmt.Fprintln(stderr, "Usage: fleetd status [-json] [FLEET]")
 		return exitUsage
@@ -379,10 +376,7 @@ func dash(s string) string {
 }
 
 func runEvents(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("events", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("events", stderr)
 	follow := fs.Bool("f", false, "follow: keep printing new events")
 	since := fs.Uint64("since", 0, "only events after this sequence number")
 	fleetName := fs.String("fleet", "", "only events of this fleet (or give it as the argument)")
