@@ -1012,6 +1012,25 @@ type procInfo struct {
 	cmd            string
 }
 
+// procStatFields are the fields of /proc/<pid>/stat after the command
+// name (which may hold spaces and parentheses): state ppid pgrp session …
+// starttime (f[19]); nil when pid is gone.
+func procStatFields(pid int) []string {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return nil
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	if f := strings.Fields(s[i+1:]); len(f) >= 20 {
+		return f
+	}
+	return nil
+}
+
 // scanProcs reads every live (non-zombie) process from /proc.
 func scanProcs() []procInfo {
 	var out []procInfo
@@ -1021,18 +1040,8 @@ func scanProcs() []procInfo {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// Fields after the command: state ppid pgrp session … starttime (22nd).
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 || f[0] == "Z" {
+		f := procStatFields(pid)
+		if f == nil || f[0] == "Z" {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
