@@ -148,6 +148,11 @@ func runRead[T any](args []string, name string, stdout, stderr io.Writer, get fu
 		fmt.Fprintf(stderr, "Usage: fleetd %s [-json]\n", name)
 		return exitUsage
 	}
+	return show(cf, stdout, stderr, get, print)
+}
+
+// show gets one API resource and prints it (-json: as is).
+func show[T any](cf *clientFlags, stdout, stderr io.Writer, get func(*api.Client, context.Context) (T, error), print func(io.Writer, T)) int {
 	c, err := cf.client()
 	if err != nil {
 		return exitCode(stderr, err)

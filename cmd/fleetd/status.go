@@ -25,33 +25,18 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: fleetd status [-json] [FLEET]")
 		return exitUsage
 	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
+	if fs.NArg() == 0 {
+		return show(cf, stdout, stderr, (*api.Client).Status, printStatus)
 	}
-	ctx := context.Background()
-	if fs.NArg() == 1 {
-		d, err := c.Fleet(ctx, fs.Arg(0))
+	name := fs.Arg(0)
+	fleet := func(c *api.Client, ctx context.Context) (api.FleetDetail, error) {
+		d, err := c.Fleet(ctx, name)
 		if err != nil {
-			return exitCode(stderr, unknownFleet(err, fs.Arg(0)))
+			return d, unknownFleet(err, name)
 		}
-		if cf.json {
-			printJSON(stdout, d)
-			return exitOK
-		}
-		printFleetDetail(stdout, d, time.Now())
-		return exitOK
+		return d, nil
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	if cf.json {
-		printJSON(stdout, st)
-		return exitOK
-	}
-	printStatus(stdout, st)
-	return exitOK
+	return show(cf, stdout, stderr, fleet, func(w io.Writer, d api.FleetDetail) { printFleetDetail(w, d, time.Now()) })
 }
 
 // printStatus renders GET /v1/status for humans.
