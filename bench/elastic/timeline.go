@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
 // wev is one JSON line of examples/pytorch/elastic_train.py or of its
@@ -33,12 +33,8 @@ type wev struct {
 	inc string // the incarnation: process and round
 }
 
-func (e wev) at() time.Time    { return unix(e.Time) }
-func (e wev) began() time.Time { return unix(e.Began) }
-func unix(f float64) time.Time { return time.Unix(0, int64(f*1e9)) }
-
-// torchrun -t tees worker output with a "[default0]:" prefix.
-var teePrefix = regexp.MustCompile(`^\[[^\]]*\]:`)
+func (e wev) at() time.Time    { return driver.UnixTime(e.Time) }
+func (e wev) began() time.Time { return driver.UnixTime(e.Began) }
 
 // Timeline is every worker event of a run, per node.
 type Timeline struct {
@@ -51,12 +47,8 @@ func NewTimeline() *Timeline { return &Timeline{byNode: map[string][]wev{}, sort
 
 // Add takes one output line of a node's worker.
 func (t *Timeline) Add(node, line string) {
-	line = teePrefix.ReplaceAllString(strings.TrimSpace(line), "")
-	if !strings.HasPrefix(line, "{") {
-		return
-	}
-	var e wev
-	if json.Unmarshal([]byte(line), &e) != nil || e.Event == "" || e.Time == 0 {
+	e, ok := driver.WorkerEvent[wev](line)
+	if !ok || e.Event == "" || e.Time == 0 {
 		return
 	}
 	t.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
 // stepLine is a worker's step line at unix time at (began 0.1 s earlier).
@@ -23,7 +25,7 @@ func TestRecoveredInProcess(t *testing.T) {
 		tl.Add(n, stepLine(11, 3, 1, base+11))
 		tl.Add(n, stepLine(12, 2, 2, base+11.4)) // began 11.3: 0.3 s pause after 11.0
 	}
-	o, ok := tl.Recovered([]string{"a", "b"}, "", unix(base+10.5), time.Time{})
+	o, ok := tl.Recovered([]string{"a", "b"}, "", driver.UnixTime(base+10.5), time.Time{})
 	if !ok {
 		t.Fatal("not recovered")
 	}
@@ -45,7 +47,7 @@ func TestRecoveredRestartWithJoiner(t *testing.T) {
 	for s := 1; s <= 30; s++ {
 		tl.Add("a", "[default0]:"+stepLine(s, 2, 0, base+float64(s)*0.1))
 	}
-	t0 := unix(base + 3.05)
+	t0 := driver.UnixTime(base + 3.05)
 	tl.Add("a", `[default0]:{"event":"start","pid":2,"time":2005}`)
 	tl.Add("a", `[default0]:{"event":"resume","step":25,"bytes":104857600,"time":2006}`)
 	tl.Add("a", "[default0]:"+stepLine(26, 3, 0, base+7))
@@ -62,7 +64,7 @@ func TestRecoveredRestartWithJoiner(t *testing.T) {
 	if d := o.JoinerTrains - (7.1 - 3.05); d > 1e-3 || d < -1e-3 {
 		t.Errorf("joiner trains %.3f", o.JoinerTrains)
 	}
-	if _, ok := tl.Recovered([]string{"a", "j"}, "j", unix(base+8), time.Time{}); ok {
+	if _, ok := tl.Recovered([]string{"a", "j"}, "j", driver.UnixTime(base+8), time.Time{}); ok {
 		t.Error("recovered before any step after the event")
 	}
 }
@@ -76,9 +78,9 @@ func TestLostStepsCountOnce(t *testing.T) {
 	for s := 1; s <= 75; s++ {
 		tl.Add("a", stepLine(s, 3, 1, 100+float64(s)*0.1))
 	}
-	kill := unix(107.55)
+	kill := driver.UnixTime(107.55)
 	tl.Add("a", `{"event":"start","pid":2,"time":109}`) // restarted after the kill, from step 50
-	join := unix(109.5)                                 // a joiner comes before it trained
+	join := driver.UnixTime(109.5)                      // a joiner comes before it trained
 	tl.Add("a", `{"event":"start","pid":3,"time":110}`) // restarted again, from step 50
 	tl.Add("a", stepLine(51, 3, 3, 111))
 	o, ok := tl.Recovered([]string{"a"}, "", kill, time.Time{})
@@ -110,9 +112,9 @@ func TestPauseOfANodeStillRecovering(t *testing.T) {
 	for s := 1; s <= 75; s++ {
 		tl.Add("a", stepLine(s, 3, 1, 100+float64(s)*0.1))
 	}
-	kill := unix(107.55)
+	kill := driver.UnixTime(107.55)
 	tl.Add("a", `{"event":"start","pid":2,"round":2,"time":108}`)
-	join := unix(109.0)
+	join := driver.UnixTime(109.0)
 	tl.Add("a", stepLine(51, 2, 2, 109.1)) // began 109.0
 	tl.Add("a", `{"event":"start","pid":3,"round":3,"time":109.5}`)
 	tl.Add("a", stepLine(52, 3, 3, 110.6)) // began 110.5

@@ -33,6 +33,7 @@ import (
 
 	"github.com/fleetd/fleetd/bench/internal/report"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/testutil"
 )
 
 func main() {
@@ -109,25 +110,17 @@ type server struct {
 // startCluster starts three servers and returns them with the shared token.
 func startCluster(bin string, ttl time.Duration, root string) ([]*server, string, error) {
 	names := []string{"a", "b", "c"}
-	peers, clients := map[string]string{}, []string{}
 	servers := make([]*server, 3)
 	for i, n := range names {
-		peers[n] = "http://" + freeAddr()
-		clients = append(clients, "http://"+freeAddr())
 		servers[i] = &server{name: n, url: "http://" + freeAddr(), dir: filepath.Join(root, n)}
 	}
-	var initial []string
-	for _, n := range names {
-		initial = append(initial, fmt.Sprintf("%s = %q", n, peers[n]))
-	}
-	for i, s := range servers {
+	clusters := testutil.EmbeddedEtcd(names, freeAddr, ttl)
+	for _, s := range servers {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, "", err
 		}
-		cfg := fmt.Sprintf("listen = %q\nadvertise_url = %q\ndata_dir = %q\ncluster {\n  session_ttl = %q\n  embedded_etcd {\n    name = %q\n    listen_peer = %q\n    listen_client = %q\n    initial_cluster = { %s }\n    client_endpoints = [%q, %q, %q]\n  }\n}\n",
-			strings.TrimPrefix(s.url, "http://"), s.url, s.dir, ttl.String(), s.name, peers[s.name], clients[i], strings.Join(initial, ", "), clients[0], clients[1], clients[2])
 		path := filepath.Join(s.dir, "daemon.hcl")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(testutil.DaemonConfig(s.url, s.dir, clusters[s.name])), 0o600); err != nil {
 			return nil, "", err
 		}
 		log, err := os.Create(filepath.Join(s.dir, "serve.log"))

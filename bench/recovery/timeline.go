@@ -1,14 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"maps"
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
 // The recovery figures come from the workers' own output: every line of
@@ -27,30 +27,14 @@ type workerEvent struct {
 	PID       int     `json:"pid"`
 }
 
-// parseWorkerLine extracts a worker event from a line of output: raw JSON
-// (fleetd's per-rank log files) or prefixed by torchrun's tee
-// ("[default0]:{...}"). Other lines are not events.
+// parseWorkerLine extracts a worker event from a line of output
+// (driver.WorkerEvent); an event has a name and a time.
 func parseWorkerLine(line string) (workerEvent, bool) {
-	i := strings.IndexByte(line, '{')
-	if i < 0 {
-		return workerEvent{}, false
-	}
-	if i > 0 {
-		prefix := line[:i]
-		if !strings.HasPrefix(prefix, "[") || !strings.HasSuffix(prefix, "]:") {
-			return workerEvent{}, false
-		}
-	}
-	var ev workerEvent
-	if err := json.Unmarshal([]byte(line[i:]), &ev); err != nil || ev.Event == "" || ev.Time <= 0 {
+	ev, ok := driver.WorkerEvent[workerEvent](line)
+	if !ok || ev.Event == "" || ev.Time <= 0 {
 		return workerEvent{}, false
 	}
 	return ev, true
-}
-
-func unixTime(s float64) time.Time {
-	sec, frac := math.Modf(s)
-	return time.Unix(int64(sec), int64(frac*1e9))
 }
 
 // stepPoint is one completed training step.
@@ -93,7 +77,7 @@ func (t *Timeline) Add(node, line string) {
 	incs := t.nodes[node]
 	switch ev.Event {
 	case "start":
-		t.nodes[node] = append(incs, &incarnation{Start: unixTime(ev.Time), Rank: ev.Rank, GroupRank: ev.GroupRank, WorldSize: ev.WorldSize, Resume: -1})
+		t.nodes[node] = append(incs, &incarnation{Start: driver.UnixTime(ev.Time), Rank: ev.Rank, GroupRank: ev.GroupRank, WorldSize: ev.WorldSize, Resume: -1})
 	case "resume":
 		if len(incs) > 0 {
 			incs[len(incs)-1].Resume = ev.Step
@@ -101,7 +85,7 @@ func (t *Timeline) Add(node, line string) {
 	case "step":
 		if len(incs) > 0 {
 			in := incs[len(incs)-1]
-			in.Steps = append(in.Steps, stepPoint{At: unixTime(ev.Time), Step: ev.Step, WorldSize: ev.WorldSize})
+			in.Steps = append(in.Steps, stepPoint{At: driver.UnixTime(ev.Time), Step: ev.Step, WorldSize: ev.WorldSize})
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/bench/internal/procs"
+	"github.com/fleetd/fleetd/bench/internal/driver"
 )
 
 func TestParseWorkerLine(t *testing.T) {
@@ -94,7 +94,7 @@ func TestRecovered(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tl := base()
 			tt.build(tl)
-			rec, ok := tl.Recovered(tt.nodes, unixTime(t0), tt.ws)
+			rec, ok := tl.Recovered(tt.nodes, driver.UnixTime(t0), tt.ws)
 			if ok != tt.ok {
 				t.Fatalf("ok = %v, want %v (%+v)", ok, tt.ok, rec)
 			}
@@ -128,29 +128,8 @@ func TestSteady(t *testing.T) {
 		{[]string{"a", "x"}, 3, 105, false}, // unknown node
 	}
 	for _, tt := range tests {
-		if got := tl.Steady(tt.nodes, tt.ws, 3*time.Second, unixTime(tt.now)); got != tt.want {
+		if got := tl.Steady(tt.nodes, tt.ws, 3*time.Second, driver.UnixTime(tt.now)); got != tt.want {
 			t.Errorf("Steady(%v, %d, now=%v) = %v, want %v", tt.nodes, tt.ws, tt.now, got, tt.want)
-		}
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		stat    string
-		sid     int
-		exited  bool
-		wantErr bool
-	}{
-		{"4242 (python3) S 1 4242 4240 0 -1 4194560 0 0", 4240, false, false},
-		{"17 (a (b) c) Z 1 17 17 0 -1", 17, true, false},
-		{"17 (torch run) R 1 17 99 0", 99, false, false},
-		{"17 python3 S 1 17 99", 0, false, true},
-		{"17 (x) S 1", 0, false, true},
-	}
-	for _, tt := range tests {
-		sid, exited, err := procs.ParseStat([]byte(tt.stat))
-		if (err != nil) != tt.wantErr || sid != tt.sid || exited != tt.exited {
-			t.Errorf("procs.ParseStat(%q) = %d, %v, %v; want %d, %v, err %v", tt.stat, sid, exited, err, tt.sid, tt.exited, tt.wantErr)
 		}
 	}
 }
@@ -165,17 +144,17 @@ func TestStable(t *testing.T) {
 	// lasts; b's second restart starts stepping later.
 	feed(tl, "a", 0, 2, t0+2, 50, 51, 20, t0+3)
 	feed(tl, "b", 1, 2, t0+2, 50, 51, 20, t0+3)
-	if _, ok := tl.Stable([]string{"a", "b"}, unixTime(t0), 5*time.Second); ok {
+	if _, ok := tl.Stable([]string{"a", "b"}, driver.UnixTime(t0), 5*time.Second); ok {
 		t.Fatal("stable before any incarnation ran 5 s")
 	}
 	feed(tl, "a", 0, 3, t0+6, 70, 71, 60, t0+8)
 	feed(tl, "b", 1, 3, t0+6, 70, 71, 60, t0+8.5)
-	d, ok := tl.Stable([]string{"a", "b"}, unixTime(t0), 5*time.Second)
+	d, ok := tl.Stable([]string{"a", "b"}, driver.UnixTime(t0), 5*time.Second)
 	if !ok || d < 8499*time.Millisecond || d > 8501*time.Millisecond {
 		t.Fatalf("Stable = %s, %v; want 8.5s", d, ok)
 	}
 	// The first, short restart is what Recovered reports.
-	if rec, ok := tl.Recovered([]string{"a", "b"}, unixTime(t0), 0); !ok || rec.Duration != 3*time.Second {
+	if rec, ok := tl.Recovered([]string{"a", "b"}, driver.UnixTime(t0), 0); !ok || rec.Duration != 3*time.Second {
 		t.Fatalf("Recovered = %+v, %v; want 3s", rec, ok)
 	}
 }

@@ -131,45 +131,26 @@ func printScaling(w io.Writer, s *api.ScalingInfo) {
 
 func runPlan(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("plan", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	var vars varFlag
-	varFiles := registerVars(fs, &vars)
+	var sf specFlags
+	sf.register(fs, stderr)
 	detailed := fs.Bool("detailed-exitcode", false, "exit 0 when nothing would change, 1 on error, 2 when apply would change something")
-	rest, err := parseInterleaved(fs, args)
-	if err != nil || len(rest) != 1 {
-		fmt.Fprintln(stderr, "Usage: fleetd plan [-var NAME=VALUE] [-var-file FILE] [-detailed-exitcode] [-json] FILE")
-		if *detailed {
-			return exitError
-		}
-		return exitUsage
-	}
 	// With -detailed-exitcode every failure is 1, as in Terraform, so 2
 	// means only "changes".
-	fail := func(err error) int {
-		code := exitCode(stderr, err)
+	detailedCode := func(code int) int {
 		if *detailed && code != exitOK {
 			return exitError
 		}
 		return code
 	}
-	if err := varFiles.report(stderr); err != nil {
-		return fail(err)
-	}
-	req, err := specRequest(rest[0], vars, stderr)
-	if err != nil {
-		return fail(err)
-	}
-	c, err := cf.client()
-	if err != nil {
-		return fail(err)
+	req, c, code, ok := sf.parse(fs, args, stderr, "Usage: fleetd plan [-var NAME=VALUE] [-var-file FILE] [-detailed-exitcode] [-json] FILE")
+	if !ok {
+		return detailedCode(code)
 	}
 	p, err := c.Plan(context.Background(), req)
 	if err != nil {
-		return fail(daemonError(stderr, err))
+		return detailedCode(exitCode(stderr, daemonError(stderr, err)))
 	}
-	if cf.json {
+	if sf.json {
 		printJSON(stdout, p)
 	} else {
 		printPlan(stdout, p)
@@ -198,11 +179,8 @@ func runApply(args []string, stdout, stderr io.Writer) int {
 // apply is the apply command with its confirmation read from in.
 func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("apply", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	var vars varFlag
-	varFiles := registerVars(fs, &vars)
+	var sf specFlags
+	sf.register(fs, stderr)
 	auto := fs.Bool("auto-approve", false, "do not ask for confirmation")
 	wait := fs.Bool("wait", false, "follow progress until every fleet reaches its target")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with -wait: give up after this long")
@@ -212,20 +190,17 @@ func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: fleetd apply [-auto-approve] [-wait] [-timeout D] [-skip-check] [-var NAME=VALUE] [-var-file FILE] [-json] FILE")
 		return exitUsage
 	}
-	if cf.json && !*auto {
+	if sf.json && !*auto {
 		// The plan and its question are for a person; a program reading
 		// JSON approves explicitly, as with terraform apply -json.
 		return exitCode(stderr, usageError{errors.New("-json needs -auto-approve")})
 	}
-	if err := varFiles.report(stderr); err != nil {
-		return exitCode(stderr, err)
-	}
-	req, err := specRequest(rest[0], vars, stderr)
+	req, err := sf.request(rest[0], stderr)
 	if err != nil {
 		return exitCode(stderr, err)
 	}
 	req.SkipCheck = *skipCheck
-	c, ctx, stop, err := cf.interruptible()
+	c, ctx, stop, err := sf.interruptible()
 	if err != nil {
 		return exitCode(stderr, err)
 	}
@@ -251,19 +226,19 @@ func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitCode(stderr, daemonError(stderr, err))
 	}
-	if cf.json && !*wait {
+	if sf.json && !*wait {
 		printJSON(stdout, resp)
 		return exitOK
 	}
-	if cf.json {
+	if sf.json {
 		// -wait -json: a stream, one object a line, the apply result first.
 		printJSONLine(stdout, resp)
 	}
-	if *auto && !cf.json {
+	if *auto && !sf.json {
 		printPlan(stdout, resp.Plan)
 	}
 	for _, f := range resp.Fleets {
-		if !cf.json {
+		if !sf.json {
 			fmt.Fprintf(stdout, "Applied fleet %q (generation %d).\n", f.Name, f.Generation)
 		}
 	}
@@ -274,7 +249,7 @@ func apply(args []string, in io.Reader, stdout, stderr io.Writer) int {
 	for _, f := range resp.Fleets {
 		names = append(names, f.Name)
 	}
-	if err := waitConverged(ctx, c, names, *timeout, cf.json, stdout); err != nil {
+	if err := waitConverged(ctx, c, names, *timeout, sf.json, stdout); err != nil {
 		return exitCode(stderr, err)
 	}
 	return exitOK

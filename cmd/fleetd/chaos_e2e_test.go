@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -698,54 +697,29 @@ func newChaosDaemon(t *testing.T, bin, dataDir, listen string, extra ...string) 
 var errDaemonDown = errors.New("daemon down")
 
 func (d *chaosDaemon) start() error {
-	args := append([]string{"serve", "-dev", "-listen", d.listen, "-data-dir", d.dataDir}, d.extra...)
-	cmd := exec.Command(d.bin, args...)
 	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "===== start %d at %s\n", d.starts+1, time.Now().Format(time.RFC3339Nano))
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
+	cmd, done, base, token, err := serveDev(d.bin, "", d.listen, d.dataDir, logf, d.extra...)
+	if cmd != nil {
+		d.cmd, d.done = cmd, done
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\n%s", err, chaosTail(d.logPath, 30))
 	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	d.cmd, d.done = cmd, make(chan error, 1)
-	go func(done chan error) { done <- cmd.Wait() }(d.done)
-	found := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if base, token := api.ScanDevExports(sc); token != "" {
-			d.base, d.token = base, token
-			close(found)
-		}
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case <-found:
-	case err := <-d.done:
-		return fmt.Errorf("daemon exited at start: %v\n%s", err, chaosTail(d.logPath, 30))
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("daemon printed no token\n%s", chaosTail(d.logPath, 30))
-	}
+	d.base, d.token = base, token
 	d.client, err = api.NewClient(d.base, api.ClientOptions{Token: d.token, Timeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}
 	for range 200 {
-		resp, err := http.Get(d.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				d.startedAt = time.Now()
-				d.starts++
-				return nil
-			}
+		if healthy(d.base) {
+			d.startedAt = time.Now()
+			d.starts++
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -1038,6 +1012,25 @@ type procInfo struct {
 	cmd            string
 }
 
+// procStatFields are the fields of /proc/<pid>/stat after the command
+// name (which may hold spaces and parentheses): state ppid pgrp session …
+// starttime (f[19]); nil when pid is gone.
+func procStatFields(pid int) []string {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return nil
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	if f := strings.Fields(s[i+1:]); len(f) >= 20 {
+		return f
+	}
+	return nil
+}
+
 // scanProcs reads every live (non-zombie) process from /proc.
 func scanProcs() []procInfo {
 	var out []procInfo
@@ -1047,18 +1040,8 @@ func scanProcs() []procInfo {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// Fields after the command: state ppid pgrp session … starttime (22nd).
-		f := strings.Fields(s[i+1:])
-		if len(f) < 20 || f[0] == "Z" {
+		f := procStatFields(pid)
+		if f == nil || f[0] == "Z" {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))

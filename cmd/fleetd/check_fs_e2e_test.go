@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -75,31 +73,19 @@ func TestCheckFileSystemsAgainstMoto(t *testing.T) {
 		}
 		return fmt.Sprintf("  data {\n    source = %q\n    mount_path = %q\n    size_gb = 100\n    region = \"us-east-1\"\n    %s\n  }\n", source, mount, z)
 	}
-	spec := fmt.Sprintf(`
+	path := writeTemp(t, "fs.hcl", fmt.Sprintf(`
 fleet "fs" {
   min_nodes = 1
   max_nodes = 2
   node { gpus = 1 }
-  provider "aws" {
-    regions          = ["us-east-1"]
-    instance_types   = ["g5.xlarge"]
-    image            = %q
-    subnets          = { "us-east-1a" = %q, "us-east-1b" = %q }
-    security_groups  = [%q]
-    instance_profile = "fleetd-node"
-    fsx_endpoint     = %q
-  }
+%s
   training {
     command = ["python3", "train.py"]
 %s%s%s%s  }
 }
-`, n.Image, n.Subnets["us-east-1a"], n.Subnets["us-east-1b"], n.SecurityGroup, fsxSrv.URL,
+`, w.eastProvider(fmt.Sprintf("fsx_endpoint = %q", fsxSrv.URL)),
 		data("fsx://"+fsxOK, "/fsx", "us-east-1a"), data("fsx://"+fsxMissing, "/fsx2", "us-east-1a"),
-		data("efs://"+efsOK, "/efs", ""), data("efs://"+efsClosed, "/efs2", ""))
-	path := filepath.Join(t.TempDir(), "fs.hcl")
-	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		data("efs://"+efsOK, "/efs", ""), data("efs://"+efsClosed, "/efs2", "")))
 	bin := fleetdBinary(t)
 	d := startDaemon(t, bin, t.TempDir(), freeAddr(t))
 	out, errOut, code := d.cli(t, bin, "check", path)

@@ -22,6 +22,15 @@ type clientFlags struct {
 	json        bool
 }
 
+// newClientFlagSet is the flag set of a command that talks to the daemon,
+// with the client flags registered.
+func newClientFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+	fs := newFlagSet(name, stderr)
+	cf := &clientFlags{}
+	cf.register(fs)
+	return fs, cf
+}
+
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", envOr("FLEETD_ADDR", "http://127.0.0.1:7777"), "daemon address (FLEETD_ADDR)")
 	fs.StringVar(&c.fingerprint, "ca-fingerprint", os.Getenv("FLEETD_CA_FINGERPRINT"), "pin the daemon CA by sha256 (FLEETD_CA_FINGERPRINT)")
@@ -78,7 +87,8 @@ func age(d time.Duration) string {
 }
 
 // specFlags are the flags of a command that sends one spec file to the
-// daemon (check, offerings): the client flags, -var, and exactly one FILE.
+// daemon (check, offerings, plan, apply): the client flags, -var and
+// -var-file, and exactly one FILE.
 type specFlags struct {
 	clientFlags
 	vars     varFlag
@@ -102,16 +112,22 @@ func (s *specFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer, usa
 		}
 		return req, nil, exitUsage, false
 	}
-	if err := s.varFiles.report(stderr); err != nil {
-		return req, nil, exitCode(stderr, err), false
-	}
-	if req, err = specRequest(rest[0], s.vars, stderr); err != nil {
+	if req, err = s.request(rest[0], stderr); err != nil {
 		return req, nil, exitCode(stderr, err), false
 	}
 	if c, err = s.client(); err != nil {
 		return req, nil, exitCode(stderr, err), false
 	}
 	return req, c, exitOK, true
+}
+
+// request reports the problems of the -var-files, then reads and checks
+// the spec at path (specRequest).
+func (s *specFlags) request(path string, stderr io.Writer) (api.ApplyRequest, error) {
+	if err := s.varFiles.report(stderr); err != nil {
+		return api.ApplyRequest{}, err
+	}
+	return specRequest(path, s.vars, stderr)
 }
 
 // printJSONLine writes v as one line of JSON: the form of a stream of

@@ -35,13 +35,8 @@ func procsMatching(needles ...string) []int {
 }
 
 func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
+	f := procStatFields(pid)
+	return f == nil || f[0] == "Z"
 }
 
 // killAll kills the matching processes and everything else in their

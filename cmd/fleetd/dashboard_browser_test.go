@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,54 +42,72 @@ func requireChromium(t *testing.T) {
 // fails. extra are more serve flags (-config).
 func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...string) *devDaemon {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "-dev", "-listen", addr, "-data-dir", dataDir}, extra...)...)
+	logs := &testutil.SyncBuffer{}
+	cmd, done, base, token, err := serveDev(bin, dir, addr, dataDir, logs, extra...)
+	if cmd != nil {
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("daemon log (tail):\n%s", tail(logs.String(), 60))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	d := &devDaemon{cmd: cmd, done: done, addr: base, token: token}
+	waitUntil(t, "daemon healthy", 10*time.Second, func() bool { return healthy(d.addr) })
+	return d
+}
+
+// serveDev starts `bin serve -dev` on addr and dataDir (extra: more serve
+// flags) in dir with its log on stderr, and waits 30 s for the address
+// and token it exports. done yields the process's exit; cmd is nil when it
+// did not start.
+func serveDev(bin, dir, addr, dataDir string, stderr io.Writer, extra ...string) (cmd *exec.Cmd, done chan error, base, token string, err error) {
+	cmd = exec.Command(bin, append([]string{"serve", "-dev", "-listen", addr, "-data-dir", dataDir}, extra...)...)
 	cmd.Dir = dir
+	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, "", "", err
 	}
-	logs := &testutil.SyncBuffer{}
-	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, nil, "", "", err
 	}
-	d := &devDaemon{cmd: cmd, done: make(chan error, 1)}
-	found := make(chan struct{})
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	found := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		if addr, token := api.ScanDevExports(sc); token != "" {
-			d.addr, d.token = addr, token
-			close(found)
+		if base, token := api.ScanDevExports(sc); token != "" {
+			found <- [2]string{base, token}
 		}
 		for sc.Scan() {
 		}
 	}()
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-d.done
-		}
-		if t.Failed() {
-			t.Logf("daemon log (tail):\n%s", tail(logs.String(), 60))
-		}
-	})
 	select {
-	case <-found:
-	case err := <-d.done:
-		t.Fatalf("daemon exited early: %v\n%s", err, logs.String())
+	case e := <-found:
+		return cmd, done, e[0], e[1], nil
+	case err := <-done:
+		done <- err // for whoever waits on the process next
+		return cmd, done, "", "", fmt.Errorf("daemon exited at start: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("daemon did not print its token\n%s", logs.String())
+		return cmd, done, "", "", errors.New("daemon printed no token")
 	}
-	waitUntil(t, "daemon healthy", 10*time.Second, func() bool {
-		resp, err := http.Get(d.addr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return d
+}
+
+// healthy reports whether the daemon at base answers /healthz.
+func healthy(base string) bool {
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func tail(s string, lines int) string {

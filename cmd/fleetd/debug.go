@@ -28,10 +28,7 @@ func runDebug(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: fleetd debug interrupt [-kind KIND] [-lead D] FLEET NODE")
 		return exitUsage
 	}
-	fs := newFlagSet("debug interrupt", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("debug interrupt", stderr)
 	kind := fs.String("kind", "spot-interruption", "spot-interruption, rebalance, maintenance, preempted or lost")
 	lead := fs.Duration("lead", 0, "time until the node is reclaimed (default: the provider's notice lead)")
 	rest, err := parseInterleaved(fs, args[1:])
@@ -57,10 +54,7 @@ func runDebug(args []string, stdout, stderr io.Writer) int {
 }
 
 func runLogs(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("logs", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("logs", stderr)
 	tail := fs.Int("n", 100, "number of lines")
 	follow := fs.Bool("f", false, "keep printing new lines")
 	incarnation := fs.String("incarnation", "", "the logs of this incarnation of the fleet name (an id from `fleetd events`), or \"all\"; default: the current one")

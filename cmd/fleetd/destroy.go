@@ -23,9 +23,7 @@ func runDestroy(args []string, stdout, stderr io.Writer) int {
 
 // destroy is the destroy command with its confirmation read from in.
 func destroy(args []string, in io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlagSet("destroy", stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("destroy", stderr)
 	auto := fs.Bool("auto-approve", false, "do not ask for confirmation")
 	wait := fs.Bool("wait", false, "return when the fleet and its nodes are gone")
 	timeout := fs.Duration("timeout", 15*time.Minute, "with -wait: give up after this long")

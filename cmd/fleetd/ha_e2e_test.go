@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/internal/testutil"
 )
@@ -48,61 +51,76 @@ func (s *haServer) alive() bool {
 	}
 }
 
+// newHAServer is server name with a data directory of its own and a free
+// API address on loopback.
+func newHAServer(t *testing.T, name string) *haServer {
+	return &haServer{name: name, url: "http://" + freeAddr(t), dataDir: t.TempDir()}
+}
+
+// writeConfig writes s's daemon.hcl: its address and data directory, then
+// body.
+func (s *haServer) writeConfig(t *testing.T, body string) {
+	t.Helper()
+	s.config = filepath.Join(s.dataDir, "daemon.hcl")
+	if err := os.WriteFile(s.config, []byte(testutil.DaemonConfig(s.url, s.dataDir, body)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopOnCleanup stops servers when t ends, logging the tail of each one's
+// log (tailLines) when t failed.
+func stopOnCleanup(t *testing.T, servers []*haServer, tailLines int) {
+	t.Cleanup(func() {
+		for _, s := range servers {
+			stopServer(s)
+			if t.Failed() {
+				t.Logf("server %s log (tail):\n%s", s.name, tail(s.logs.String(), tailLines))
+			}
+		}
+	})
+}
+
 // startHACluster writes three daemon configs (servers a, b, c with
 // embedded etcd, the default session TTL 3s) and starts them.
 func startHACluster(t *testing.T, bin string) []*haServer {
 	t.Helper()
 	names := []string{"a", "b", "c"}
-	peers, clients := map[string]string{}, []string{}
 	servers := make([]*haServer, len(names))
 	for i, n := range names {
-		peers[n] = "http://" + freeAddr(t)
-		clients = append(clients, "http://"+freeAddr(t))
-		servers[i] = &haServer{name: n, url: "http://" + freeAddr(t), dataDir: t.TempDir()}
+		servers[i] = newHAServer(t, n)
 	}
-	var initial []string
-	for _, n := range names {
-		initial = append(initial, fmt.Sprintf("%s = %q", n, peers[n]))
-	}
-	for i, s := range servers {
-		cfg := fmt.Sprintf(`
-listen        = %q
-advertise_url = %q
-data_dir      = %q
-log_level     = "debug"
-cluster {
-  session_ttl = "3s"
-  embedded_etcd {
-    name             = %q
-    listen_peer      = %q
-    listen_client    = %q
-    initial_cluster  = { %s }
-    client_endpoints = [%q, %q, %q]
-  }
-}
-`, strings.TrimPrefix(s.url, "http://"), s.url, s.dataDir, s.name, peers[s.name], clients[i], strings.Join(initial, ", "), clients[0], clients[1], clients[2])
-		s.config = filepath.Join(s.dataDir, "daemon.hcl")
-		if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	clusters := testutil.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
+	for _, s := range servers {
+		s.writeConfig(t, "log_level     = \"debug\"\n"+clusters[s.name])
 		s.start(t, bin)
 	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			if s.alive() {
-				_ = s.cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-s.done:
-				case <-time.After(20 * time.Second):
-					_ = s.cmd.Process.Kill()
-				}
-			}
-			if t.Failed() {
-				t.Logf("server %s log (tail):\n%s", s.name, tail(s.logs.String(), 40))
-			}
-		}
-	})
+	stopOnCleanup(t, servers, 40)
 	return servers
+}
+
+// TestHAClusterConfigs: the three configs startHACluster (and bench/ha)
+// writes are valid daemon.hcl files that name the same etcd members.
+func TestHAClusterConfigs(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	clusters := testutil.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
+	var first map[string]string
+	for _, n := range names {
+		s := newHAServer(t, n)
+		cfg, _, diags := fleet.ParseConfig("daemon.hcl", []byte(testutil.DaemonConfig(s.url, s.dataDir, clusters[n])))
+		if diags.HasErrors() {
+			t.Fatalf("server %s: %v", n, diags)
+		}
+		e := cfg.Cluster.Embedded
+		if cfg.Listen != strings.TrimPrefix(s.url, "http://") || cfg.AdvertiseURL != s.url || cfg.DataDir != s.dataDir || cfg.Cluster.SessionTTL != "3s" || e.Name != n ||
+			e.InitialCluster[n] != e.ListenPeer || len(e.ClientEndpoints) != 3 || !slices.Contains(e.ClientEndpoints, e.ListenClient) {
+			t.Errorf("server %s: %+v, cluster %+v", n, cfg, e)
+		}
+		if first == nil {
+			first = e.InitialCluster
+		} else if !maps.Equal(first, e.InitialCluster) {
+			t.Errorf("server %s: initial_cluster %v, server a's %v", n, e.InitialCluster, first)
+		}
+	}
 }
 
 // waitServing waits until every server answers its API. A server writes

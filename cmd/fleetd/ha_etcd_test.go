@@ -32,32 +32,17 @@ func TestHAExternalEtcdMemberLoss(t *testing.T) {
 	}
 	servers := []*haServer{}
 	for _, n := range []string{"a", "b"} {
-		s := &haServer{name: n, url: "http://" + freeAddr(t), dataDir: t.TempDir()}
-		cfg := fmt.Sprintf(`
-listen        = %q
-advertise_url = %q
-data_dir      = %q
-cluster {
+		s := newHAServer(t, n)
+		s.writeConfig(t, fmt.Sprintf(`cluster {
   name        = %q
   session_ttl = "2s"
   etcd { endpoints = [%s] }
 }
-`, strings.TrimPrefix(s.url, "http://"), s.url, s.dataDir, n, strings.Join(quoted, ", "))
-		s.config = filepath.Join(s.dataDir, "daemon.hcl")
-		if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
+`, n, strings.Join(quoted, ", ")))
 		s.start(t, bin)
 		servers = append(servers, s)
 	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			stopServer(s)
-			if t.Failed() {
-				t.Logf("server %s log (tail):\n%s", s.name, tail(s.logs.String(), 30))
-			}
-		}
-	})
+	stopOnCleanup(t, servers, 30)
 	var token string
 	waitUntil(t, "both servers up with one token", 60*time.Second, func() bool {
 		a, errA := os.ReadFile(filepath.Join(servers[0].dataDir, "token"))

@@ -83,6 +83,21 @@ func eastMotoWorld(t *testing.T) (context.Context, *motoWorld) {
 	return ctx, w
 }
 
+// eastProvider is the provider block of a fleet on eastMotoWorld's
+// network (g5.xlarge in us-east-1a and 1b), with extra attributes.
+func (w *motoWorld) eastProvider(extra string) string {
+	n := w.nets["us-east-1"]
+	return fmt.Sprintf(`  provider "aws" {
+    regions          = ["us-east-1"]
+    instance_types   = ["g5.xlarge"]
+    image            = %q
+    subnets          = { "us-east-1a" = %q, "us-east-1b" = %q }
+    security_groups  = [%q]
+    instance_profile = "fleetd-node"
+    %s
+  }`, n.Image, n.Subnets["us-east-1a"], n.Subnets["us-east-1b"], n.SecurityGroup, extra)
+}
+
 // TestMotoEndToEnd runs the real `fleetd serve` with its aws provider
 // against moto, an AWS emulator this project did not write: apply launches
 // spot instances with fleetd's tags, market options, user data and
@@ -94,29 +109,16 @@ func TestMotoEndToEnd(t *testing.T) {
 	bin := fleetdBinary(t)
 	d := startDaemon(t, bin, t.TempDir(), freeAddr(t))
 
-	dir := t.TempDir()
-	specPath := filepath.Join(dir, "moto.hcl")
-	spec := fmt.Sprintf(`
+	specPath := writeTemp(t, "moto.hcl", `
 fleet "moto" {
   min_nodes = 2
   max_nodes = 2
   node { gpus = 1 }
   placement { colocate = "zone" }
-  provider "aws" {
-    regions            = ["us-east-1"]
-    instance_types     = ["g5.xlarge"]
-    image              = %q
-    subnets            = { "us-east-1a" = %q, "us-east-1b" = %q }
-    security_groups    = [%q]
-    instance_profile   = "fleetd-node"
-    interruption_queue = "fleetd-interruptions"
-  }
+`+w.eastProvider(`interruption_queue = "fleetd-interruptions"`)+`
   training { command = ["python3", "train.py"] }
 }
-`, net.Image, net.Subnets["us-east-1a"], net.Subnets["us-east-1b"], net.SecurityGroup)
-	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 
 	// The offerings: moto has spot prices (as "Linux/UNIX (Amazon VPC)"),
 	// no placement scores, and the view says so.

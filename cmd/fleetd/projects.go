@@ -44,10 +44,8 @@ func projectSetUsage(w io.Writer) {
 
 // runProjectSet is `fleetd projects set NAME …`.
 func runProjectSet(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("projects set", stderr)
+	fs, cf := newClientFlagSet("projects set", stderr)
 	fs.Usage = func() { projectSetUsage(stderr) }
-	var cf clientFlags
-	cf.register(fs)
 	quota := fs.Int("quota", 0, "guaranteed GPUs (required)")
 	maxG := fs.Int("max", 0, "most GPUs with borrowing (default: the quota)")
 	prio := fs.Int("priority", 0, "queue order and borrowing weight (higher first)")
@@ -110,9 +108,7 @@ func budgetSummary(b *budget.Limits) string {
 
 // runProjectDelete is `fleetd projects delete NAME`.
 func runProjectDelete(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("projects delete", stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("projects delete", stderr)
 	rest, err := parseInterleaved(fs, args)
 	if err != nil || len(rest) != 1 {
 		fmt.Fprintln(stderr, "Usage: fleetd projects delete [-json] NAME")
@@ -147,13 +143,16 @@ func adminError(err error, what string) error {
 // runRead is a command that reads one API resource and prints it (-json:
 // as is).
 func runRead[T any](args []string, name string, stdout, stderr io.Writer, get func(*api.Client, context.Context) (T, error), print func(io.Writer, T)) int {
-	fs := newFlagSet(name, stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet(name, stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "Usage: fleetd %s [-json]\n", name)
 		return exitUsage
 	}
+	return show(cf, stdout, stderr, get, print)
+}
+
+// show gets one API resource and prints it (-json: as is).
+func show[T any](cf *clientFlags, stdout, stderr io.Writer, get func(*api.Client, context.Context) (T, error), print func(io.Writer, T)) int {
 	c, err := cf.client()
 	if err != nil {
 		return exitCode(stderr, err)
@@ -224,9 +223,7 @@ func printQueue(w io.Writer, r api.QueueResponse, now time.Time) {
 }
 
 func runResume(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("resume", stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("resume", stderr)
 	rest, err := parseInterleaved(fs, args)
 	if err != nil || len(rest) != 1 {
 		fmt.Fprintln(stderr, "Usage: fleetd resume [-json] FLEET")

@@ -20,41 +20,23 @@ func init() {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("status", stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 1 {
 		fmt.Fprintln(stderr, "Usage: fleetd status [-json] [FLEET]")
 		return exitUsage
 	}
-	c, err := cf.client()
-	if err != nil {
-		return exitCode(stderr, err)
+	if fs.NArg() == 0 {
+		return show(cf, stdout, stderr, (*api.Client).Status, printStatus)
 	}
-	ctx := context.Background()
-	if fs.NArg() == 1 {
-		d, err := c.Fleet(ctx, fs.Arg(0))
+	name := fs.Arg(0)
+	fleet := func(c *api.Client, ctx context.Context) (api.FleetDetail, error) {
+		d, err := c.Fleet(ctx, name)
 		if err != nil {
-			return exitCode(stderr, unknownFleet(err, fs.Arg(0)))
+			return d, unknownFleet(err, name)
 		}
-		if cf.json {
-			printJSON(stdout, d)
-			return exitOK
-		}
-		printFleetDetail(stdout, d, time.Now())
-		return exitOK
+		return d, nil
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return exitCode(stderr, err)
-	}
-	if cf.json {
-		printJSON(stdout, st)
-		return exitOK
-	}
-	printStatus(stdout, st)
-	return exitOK
+	return show(cf, stdout, stderr, fleet, func(w io.Writer, d api.FleetDetail) { printFleetDetail(w, d, time.Now()) })
 }
 
 // printStatus renders GET /v1/status for humans.
@@ -379,10 +361,7 @@ func dash(s string) string {
 }
 
 func runEvents(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("events", stderr)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
+	fs, cf := newClientFlagSet("events", stderr)
 	follow := fs.Bool("f", false, "follow: keep printing new events")
 	since := fs.Uint64("since", 0, "only events after this sequence number")
 	fleetName := fs.String("fleet", "", "only events of this fleet (or give it as the argument)")

@@ -34,11 +34,8 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sub, args := args[0], args[1:]
-	fs := newFlagSet("token "+sub, stderr)
-	fs.SetOutput(stderr)
+	fs, cf := newClientFlagSet("token "+sub, stderr)
 	fs.Usage = func() { tokenUsage(stderr) }
-	var cf clientFlags
-	cf.register(fs)
 	var role, name, project *string
 	if sub == "create" {
 		role = fs.String("role", "", "read or operate (required)")

@@ -1,15 +1,20 @@
 // Package driver is what the recovery and elastic benchmarks share: the
 // torchrun agents they run as local "nodes" (Torchrun), the fleetd dev
-// daemon they run the same job under (Fleetd, Spec), and the notes that
-// explain a recovery.
+// daemon they run the same job under (Fleetd, Spec), the workers' event
+// lines they time recoveries by (WorkerEvent), and the notes that explain
+// a recovery.
 package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +35,32 @@ func Between(notes []Note, from, to time.Time) []Note {
 		}
 	}
 	return out
+}
+
+// WorkerEvent decodes one output line of a worker, a JSON event stamped
+// by the worker itself, into a T: raw (fleetd's per-rank log files) or
+// behind torchrun's tee prefix ("[default0]:{...}"). ok is false for any
+// other line; which events count is the caller's check.
+func WorkerEvent[T any](line string) (ev T, ok bool) {
+	line = strings.TrimSpace(line)
+	i := strings.IndexByte(line, '{')
+	if i < 0 || i > 0 && !teePrefix.MatchString(line[:i]) {
+		return ev, false
+	}
+	if err := json.Unmarshal([]byte(line[i:]), &ev); err != nil {
+		var zero T
+		return zero, false
+	}
+	return ev, true
+}
+
+// teePrefix is what torchrun -t puts before each worker output line.
+var teePrefix = regexp.MustCompile(`^\[[^\]]*\]:$`)
+
+// UnixTime is a worker's time stamp (unix seconds) as a time.
+func UnixTime(s float64) time.Time {
+	sec, frac := math.Modf(s)
+	return time.Unix(int64(sec), int64(frac*1e9))
 }
 
 // Say prints a progress line with the wall-clock time.

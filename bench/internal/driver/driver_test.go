@@ -105,3 +105,30 @@ func TestWithout(t *testing.T) {
 		t.Errorf("%v", got)
 	}
 }
+
+func TestWorkerEvent(t *testing.T) {
+	type ev struct {
+		Event string  `json:"event"`
+		Time  float64 `json:"time"`
+	}
+	for _, tt := range []struct {
+		line string
+		ok   bool
+		want ev
+	}{
+		{`{"event":"step","time":12.5}`, true, ev{"step", 12.5}},
+		{`[default0]:{"event":"start","time":1}` + "\r", true, ev{"start", 1}},
+		{`  {"event":"step"}`, true, ev{Event: "step"}}, // which events count is the caller's check
+		{`[default0]: {"event":"step","time":1}`, false, ev{}},
+		{`garbage {"event":"step","time":1}`, false, ev{}},
+		{`[default0]:not json {`, false, ev{}},
+		{`INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous'ing worker group`, false, ev{}},
+	} {
+		if got, ok := WorkerEvent[ev](tt.line); ok != tt.ok || got != tt.want {
+			t.Errorf("WorkerEvent(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
+		}
+	}
+	if got := UnixTime(1700000000.25); !got.Equal(time.Unix(1700000000, 250_000_000)) {
+		t.Errorf("UnixTime = %v", got)
+	}
+}

@@ -19,30 +19,44 @@ import (
 // without notice is SIGKILL to every process of its session at once:
 // agent, workers and all, like a VM that vanishes.
 
+// stat is what the benchmarks read of /proc/<pid>/stat.
+type stat struct {
+	state byte // R, S, T (stopped), Z, X, ...
+	sid   int  // session id
+}
+
+// exited reports a process that has exited (a zombie not reaped yet, or dead).
+func (s stat) exited() bool { return s.state == 'Z' || s.state == 'X' }
+
+func readStat(pid int) (stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat reads the state (field 3) and session (field 6) of a
+// /proc/<pid>/stat line; the command name may hold spaces and
+// parentheses, so fields are counted after the last ')'.
+func parseStat(b []byte) (stat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return stat{}, fmt.Errorf("malformed stat %q", b)
+	}
+	f := bytes.Fields(b[i+2:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return stat{}, fmt.Errorf("malformed stat %q", b)
+	}
+	sid, err := strconv.Atoi(string(f[3]))
+	return stat{state: f[0][0], sid: sid}, err
+}
+
 // SessionOf returns the session id of pid and whether it has exited (a
 // zombie not reaped yet).
 func SessionOf(pid int) (sid int, exited bool, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false, err
-	}
-	return ParseStat(b)
-}
-
-// ParseStat reads the state (field 3) and session (field 6) of a
-// /proc/<pid>/stat line; the command name may hold spaces and
-// parentheses, so fields are counted after the last ')'.
-func ParseStat(stat []byte) (sid int, exited bool, err error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 > len(stat) {
-		return 0, false, fmt.Errorf("malformed stat %q", stat)
-	}
-	f := bytes.Fields(stat[i+2:])
-	if len(f) < 4 || len(f[0]) != 1 {
-		return 0, false, fmt.Errorf("malformed stat %q", stat)
-	}
-	sid, err = strconv.Atoi(string(f[3]))
-	return sid, f[0][0] == 'Z' || f[0][0] == 'X', err
+	st, err := readStat(pid)
+	return st.sid, st.exited(), err
 }
 
 // SessionMembers lists the live processes of session sid.
