@@ -33,7 +33,7 @@ import (
 
 	"github.com/fleetd/fleetd/bench/internal/report"
 	"github.com/fleetd/fleetd/fleet/api"
-	"github.com/fleetd/fleetd/internal/testutil"
+	"github.com/fleetd/fleetd/internal/devcluster"
 )
 
 func main() {
@@ -114,13 +114,13 @@ func startCluster(bin string, ttl time.Duration, root string) ([]*server, string
 	for i, n := range names {
 		servers[i] = &server{name: n, url: "http://" + freeAddr(), dir: filepath.Join(root, n)}
 	}
-	clusters := testutil.EmbeddedEtcd(names, freeAddr, ttl)
+	clusters := devcluster.EmbeddedEtcd(names, freeAddr, ttl)
 	for _, s := range servers {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, "", err
 		}
 		path := filepath.Join(s.dir, "daemon.hcl")
-		if err := os.WriteFile(path, []byte(testutil.DaemonConfig(s.url, s.dir, clusters[s.name])), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(devcluster.DaemonConfig(s.url, s.dir, clusters[s.name])), 0o600); err != nil {
 			return nil, "", err
 		}
 		log, err := os.Create(filepath.Join(s.dir, "serve.log"))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/devcluster"
 	"github.com/fleetd/fleetd/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func newHAServer(t *testing.T, name string) *haServer {
 func (s *haServer) writeConfig(t *testing.T, body string) {
 	t.Helper()
 	s.config = filepath.Join(s.dataDir, "daemon.hcl")
-	if err := os.WriteFile(s.config, []byte(testutil.DaemonConfig(s.url, s.dataDir, body)), 0o600); err != nil {
+	if err := os.WriteFile(s.config, []byte(devcluster.DaemonConfig(s.url, s.dataDir, body)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -89,7 +90,7 @@ func startHACluster(t *testing.T, bin string) []*haServer {
 	for i, n := range names {
 		servers[i] = newHAServer(t, n)
 	}
-	clusters := testutil.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
+	clusters := devcluster.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
 	for _, s := range servers {
 		s.writeConfig(t, "log_level     = \"debug\"\n"+clusters[s.name])
 		s.start(t, bin)
@@ -102,11 +103,11 @@ func startHACluster(t *testing.T, bin string) []*haServer {
 // writes are valid daemon.hcl files that name the same etcd members.
 func TestHAClusterConfigs(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	clusters := testutil.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
+	clusters := devcluster.EmbeddedEtcd(names, func() string { return freeAddr(t) }, 3*time.Second)
 	var first map[string]string
 	for _, n := range names {
 		s := newHAServer(t, n)
-		cfg, _, diags := fleet.ParseConfig("daemon.hcl", []byte(testutil.DaemonConfig(s.url, s.dataDir, clusters[n])))
+		cfg, _, diags := fleet.ParseConfig("daemon.hcl", []byte(devcluster.DaemonConfig(s.url, s.dataDir, clusters[n])))
 		if diags.HasErrors() {
 			t.Fatalf("server %s: %v", n, diags)
 		}

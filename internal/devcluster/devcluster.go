@@ -1,13 +1,13 @@
-package testutil
+// Package devcluster writes the daemon configurations of the fleetd clusters
+// that cmd/fleetd's HA tests and bench/ha start on loopback. It is not a
+// test helper package (bench/ha is a program), so it does not import testing.
+package devcluster
 
 import (
 	"fmt"
 	"strings"
 	"time"
 )
-
-// The daemon configurations of the fleetd clusters that cmd/fleetd's HA
-// tests and bench/ha start on loopback.
 
 // DaemonConfig is the daemon.hcl of a server whose API is at url
 // ("http://127.0.0.1:N") with its data in dataDir; body (a cluster block,
