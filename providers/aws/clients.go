@@ -97,12 +97,16 @@ func (p *Provider) ec2Client(ctx context.Context, b block, region string) (ec2AP
 		if err != nil {
 			return nil, err
 		}
-		return ec2.NewFromConfig(cfg, func(o *ec2.Options) {
-			if b.Endpoint != "" {
-				o.BaseEndpoint = awssdk.String(b.Endpoint)
-			}
-		}), nil
+		return ec2.NewFromConfig(cfg, func(o *ec2.Options) { setEndpoint(&o.BaseEndpoint, b.Endpoint) }), nil
 	})
+}
+
+// setEndpoint points a service client at endpoint, a block's override of
+// the service's URL, when one is set.
+func setEndpoint(base **string, endpoint string) {
+	if endpoint != "" {
+		*base = awssdk.String(endpoint)
+	}
 }
 
 // backoff returns the retry backoff: the SDK's jittered exponential one,

@@ -1,8 +1,6 @@
 package aws
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -49,13 +47,7 @@ type block struct {
 // reported at once, as one invalid-config error.
 func decodeBlock(cfg providers.Config) (block, error) {
 	var b block
-	raw := bytes.TrimSpace(cfg.Raw)
-	if len(raw) == 0 {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := cfg.DecodeStrict(&b); err != nil {
 		return block{}, providers.InvalidConfig(fmt.Errorf("provider %q: %w", Name, err))
 	}
 	var errs []error

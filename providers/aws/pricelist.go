@@ -85,11 +85,7 @@ func (p *Provider) pricingClient(ctx context.Context, b block) (pricingAPI, erro
 		if err != nil {
 			return nil, err
 		}
-		return pricing.NewFromConfig(cfg, func(o *pricing.Options) {
-			if b.PricingEndpoint != "" {
-				o.BaseEndpoint = awssdk.String(b.PricingEndpoint)
-			}
-		}), nil
+		return pricing.NewFromConfig(cfg, func(o *pricing.Options) { setEndpoint(&o.BaseEndpoint, b.PricingEndpoint) }), nil
 	})
 }
 

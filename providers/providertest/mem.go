@@ -1,11 +1,9 @@
 package providertest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -217,12 +215,7 @@ func (p *MemProvider) begin(ctx context.Context, op Op, cfg providers.Config) (M
 
 func decodeMemConfig(cfg providers.Config) (MemConfig, error) {
 	var mc MemConfig
-	if len(bytes.TrimSpace(cfg.Raw)) == 0 {
-		return mc, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(cfg.Raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&mc); err != nil {
+	if err := cfg.DecodeStrict(&mc); err != nil {
 		return mc, providers.InvalidConfig(fmt.Errorf("mem provider block: %w", err))
 	}
 	if mc.CreateDelay != "" {
