@@ -1,6 +1,7 @@
 package aws
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -41,6 +42,15 @@ type block struct {
 	// PlacementScoreCapacity is the target capacity (instances) spot
 	// placement scores are asked for; 0 means 1.
 	PlacementScoreCapacity int `json:"placement_score_capacity"`
+}
+
+// callBlock is a provider call's prologue: a done ctx ends the call before
+// any work, then the block is decoded.
+func callBlock(ctx context.Context, cfg providers.Config) (block, error) {
+	if err := ctx.Err(); err != nil {
+		return block{}, err
+	}
+	return decodeBlock(cfg)
 }
 
 // decodeBlock decodes and validates a provider block. Every problem is
