@@ -42,7 +42,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	rec := httptest.NewRecorder()
 	r.fake.ServeHTTP(rec, req)
-	if err == nil {
+	if err == nil && firstAttempt(req) {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, v)
 		if rec.Code == http.StatusOK {
@@ -58,6 +58,16 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// firstAttempt reports whether a request is the SDK's first attempt at a
+// call. A later one is the same request again, not one more fleetd made:
+// against the fake's instant answers the client's transport now and then
+// ends its write of a request in an error after the answer came, closes
+// the connection under a large answer's body, and the SDK retries.
+func firstAttempt(req *http.Request) bool {
+	attempt, _, _ := strings.Cut(strings.TrimPrefix(req.Header.Get("Amz-Sdk-Request"), "attempt="), ";")
+	return attempt == "" || attempt == "1"
 }
 
 // shapeProblems checks every recorded request of the given actions, and
