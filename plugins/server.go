@@ -43,6 +43,20 @@ func (s *grpcServer) recoverTo(method string, err *error) {
 	}
 }
 
+// toWire converts a provider's answer for the wire; an error, of the call
+// or of the conversion, goes back as a gRPC status.
+func toWire[T, P any](v T, err error, toPB func(T) (P, error)) (P, error) {
+	var pb P
+	if err == nil {
+		pb, err = toPB(v)
+	}
+	if err != nil {
+		var none P
+		return none, errorToStatus(err)
+	}
+	return pb, nil
+}
+
 func (s *grpcServer) Info(ctx context.Context, _ *providerv1.InfoRequest) (resp *providerv1.InfoResponse, err error) {
 	defer s.recoverTo("Info", &err)
 	info, err := s.p.Info(ctx)
@@ -55,12 +69,9 @@ func (s *grpcServer) Info(ctx context.Context, _ *providerv1.InfoRequest) (resp 
 func (s *grpcServer) Offerings(ctx context.Context, req *providerv1.OfferingsRequest) (resp *providerv1.OfferingsResponse, err error) {
 	defer s.recoverTo("Offerings", &err)
 	offs, err := s.p.Offerings(ctx, configFromPB(req.GetConfig()))
+	pb, err := toWire(offs, err, offeringsToPB)
 	if err != nil {
-		return nil, errorToStatus(err)
-	}
-	pb, err := offeringsToPB(offs)
-	if err != nil {
-		return nil, errorToStatus(err)
+		return nil, err
 	}
 	return &providerv1.OfferingsResponse{Offerings: pb}, nil
 }
@@ -71,12 +82,9 @@ func (s *grpcServer) Create(ctx context.Context, req *providerv1.CreateRequest) 
 		return nil, errorToStatus(providers.Errorf(providers.KindInvalidConfig, "create request without a launch request"))
 	}
 	ins, err := s.p.Create(ctx, configFromPB(req.GetConfig()), launchFromPB(req.GetRequest()))
+	pb, err := toWire(ins, err, instancesToPB)
 	if err != nil {
-		return nil, errorToStatus(err)
-	}
-	pb, err := instancesToPB(ins)
-	if err != nil {
-		return nil, errorToStatus(err)
+		return nil, err
 	}
 	return &providerv1.CreateResponse{Instances: pb}, nil
 }
@@ -84,12 +92,9 @@ func (s *grpcServer) Create(ctx context.Context, req *providerv1.CreateRequest) 
 func (s *grpcServer) Get(ctx context.Context, req *providerv1.GetRequest) (resp *providerv1.GetResponse, err error) {
 	defer s.recoverTo("Get", &err)
 	in, err := s.p.Get(ctx, configFromPB(req.GetConfig()), req.GetId())
+	pb, err := toWire(in, err, instanceToPB)
 	if err != nil {
-		return nil, errorToStatus(err)
-	}
-	pb, err := instanceToPB(in)
-	if err != nil {
-		return nil, errorToStatus(err)
+		return nil, err
 	}
 	return &providerv1.GetResponse{Instance: pb}, nil
 }
@@ -97,12 +102,9 @@ func (s *grpcServer) Get(ctx context.Context, req *providerv1.GetRequest) (resp 
 func (s *grpcServer) List(ctx context.Context, req *providerv1.ListRequest) (resp *providerv1.ListResponse, err error) {
 	defer s.recoverTo("List", &err)
 	ins, err := s.p.List(ctx, configFromPB(req.GetConfig()), req.GetTags())
+	pb, err := toWire(ins, err, instancesToPB)
 	if err != nil {
-		return nil, errorToStatus(err)
-	}
-	pb, err := instancesToPB(ins)
-	if err != nil {
-		return nil, errorToStatus(err)
+		return nil, err
 	}
 	return &providerv1.ListResponse{Instances: pb}, nil
 }

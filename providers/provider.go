@@ -4,6 +4,7 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -148,6 +149,19 @@ func (c Config) Decode(v any) error {
 		return InvalidConfig(err)
 	}
 	return nil
+}
+
+// DecodeStrict decodes the provider block into v, an empty block as {},
+// rejecting attributes v has no field for. Its error is the JSON decoder's,
+// for the provider to wrap with its name as an invalid-config error.
+func (c Config) DecodeStrict(v any) error {
+	raw := bytes.TrimSpace(c.Raw)
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // Info describes a provider.

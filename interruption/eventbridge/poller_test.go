@@ -3,14 +3,11 @@ package eventbridge_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -26,16 +23,8 @@ const queue = "fleetd-interruptions"
 // SDK client pointed at it (SDK retries off, so the poller sees errors).
 func newQueue(t *testing.T) (*fakesqs.Server, *sqs.Client, string) {
 	t.Helper()
-	fake := fakesqs.New(fakesqs.Options{})
-	fake.CreateQueue(queue)
-	ts := httptest.NewServer(fake)
-	t.Cleanup(ts.Close)
-	client := sqs.New(sqs.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(ts.URL),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		RetryMaxAttempts: 1,
-	})
-	return fake, client, ts.URL
+	fake, url := fakesqs.StartT(t, queue)
+	return fake, fakesqs.NewClient(url), url
 }
 
 // recorder is a Handler that knows some instances and can fail on demand.

@@ -116,29 +116,21 @@ func (w *Watcher) Poll(ctx context.Context) ([]interruption.Notice, error) {
 		add(string(interruption.SpotInterruption), *n)
 	}
 
-	if body, err := w.get(ctx, PathRebalance); err != nil {
+	if t, ok, err := read(ctx, w, PathRebalance, ParseRebalance); err != nil {
 		errs = append(errs, err)
-	} else if body != nil {
-		if t, err := ParseRebalance(body); err != nil {
-			errs = append(errs, err)
-		} else {
-			add(string(interruption.Rebalance), RebalanceNotice(t))
-		}
+	} else if ok {
+		add(string(interruption.Rebalance), RebalanceNotice(t))
 	}
 
 	// EC2 answers "[]" here when nothing is scheduled, but some IMDS
 	// implementations answer 404; that means no events too, not an error
 	// that Run would report on every poll.
-	if body, err := w.get(ctx, PathScheduled); err != nil {
+	if evs, _, err := read(ctx, w, PathScheduled, ParseScheduledEvents); err != nil {
 		errs = append(errs, err)
-	} else if body != nil {
-		if evs, err := ParseScheduledEvents(body); err != nil {
-			errs = append(errs, err)
-		} else {
-			for _, ev := range evs {
-				if ev.Active() {
-					add("maintenance/"+ev.EventID, MaintenanceNotice(ev))
-				}
+	} else {
+		for _, ev := range evs {
+			if ev.Active() {
+				add("maintenance/"+ev.EventID, MaintenanceNotice(ev))
 			}
 		}
 	}
@@ -176,16 +168,23 @@ func (w *Watcher) first(key string, n interruption.Notice) (interruption.Notice,
 
 // action reads spot/instance-action: nil without a notice.
 func (w *Watcher) action(ctx context.Context) (*interruption.Notice, error) {
-	body, err := w.get(ctx, PathInstanceAction)
-	if err != nil || body == nil {
-		return nil, err
-	}
-	a, err := ParseInstanceAction(body)
-	if err != nil {
+	a, ok, err := read(ctx, w, PathInstanceAction, ParseInstanceAction)
+	if !ok {
 		return nil, err
 	}
 	n := SpotNotice(a)
 	return &n, nil
+}
+
+// read gets path and parses its body; ok is false without one (404) or
+// when either step fails.
+func read[T any](ctx context.Context, w *Watcher, path string, parse func([]byte) (T, error)) (v T, ok bool, err error) {
+	body, err := w.get(ctx, path)
+	if err != nil || body == nil {
+		return v, false, err
+	}
+	v, err = parse(body)
+	return v, err == nil, err
 }
 
 // get returns (nil, nil) on 404, the "nothing scheduled" answer.

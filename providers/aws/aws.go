@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetd/fleetd/internal/defaults"
 	"github.com/fleetd/fleetd/providers"
+	"github.com/fleetd/fleetd/providers/internal/clientcache"
 )
 
 // NoticeLead is the warning EC2 gives before it reclaims a spot instance.
@@ -68,7 +69,7 @@ type Provider struct {
 	opts Options
 
 	mu        sync.Mutex
-	clients   map[clientKey]ec2API
+	clients   clientcache.Cache[clientKey, ec2API]
 	typeCache map[string]cached[map[string]typeInfo]
 	spotCache map[string]cached[map[string]map[string]float64]
 	zoneCache map[string]cached[map[string]map[string]bool]
@@ -137,7 +138,6 @@ func New(opts Options) *Provider {
 	}
 	return &Provider{
 		opts:      opts,
-		clients:   map[clientKey]ec2API{},
 		groups:    map[string]bool{},
 		typeCache: map[string]cached[map[string]typeInfo]{},
 		spotCache: map[string]cached[map[string]map[string]float64]{},

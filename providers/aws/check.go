@@ -510,9 +510,5 @@ func (p *Provider) quotasClient(ctx context.Context, b block, region string) (*s
 	if err != nil {
 		return nil, err
 	}
-	return servicequotas.NewFromConfig(cfg, func(o *servicequotas.Options) {
-		if b.ServiceQuotasEndpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.ServiceQuotasEndpoint)
-		}
-	}), nil
+	return servicequotas.NewFromConfig(cfg, func(o *servicequotas.Options) { setEndpoint(&o.BaseEndpoint, b.ServiceQuotasEndpoint) }), nil
 }

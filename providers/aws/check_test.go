@@ -2,7 +2,6 @@ package aws_test
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -66,14 +65,11 @@ func TestCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fake, url := newFake(t)
-			q := fakesqs.New(fakesqs.Options{})
-			qs := httptest.NewServer(q)
-			t.Cleanup(qs.Close)
-			q.CreateQueue("fleetd-interruptions")
+			q, qsURL := fakesqs.StartT(t, "fleetd-interruptions")
 			if tc.setup != nil {
 				tc.setup(fake, q)
 			}
-			b := with(baseBlock(url), "service_quotas_endpoint", url, "sqs_endpoint", qs.URL, "interruption_queue", "fleetd-interruptions")
+			b := with(baseBlock(url), "service_quotas_endpoint", url, "sqs_endpoint", qsURL, "interruption_queue", "fleetd-interruptions")
 			if tc.block != nil {
 				b = tc.block(b)
 			}

@@ -92,29 +92,21 @@ type clientKey struct{ profile, endpoint, region string }
 
 // ec2Client returns the (cached) EC2 client for block b in region.
 func (p *Provider) ec2Client(ctx context.Context, b block, region string) (ec2API, error) {
-	key := clientKey{b.Profile, b.Endpoint, region}
-	p.mu.Lock()
-	c, ok := p.clients[key]
-	p.mu.Unlock()
-	if ok {
-		return c, nil
-	}
-	cfg, err := loadConfig(ctx, b.Profile, region, p.opts.RetryMaxAttempts, p.backoff)
-	if err != nil {
-		return nil, err
-	}
-	client := ec2.NewFromConfig(cfg, func(o *ec2.Options) {
-		if b.Endpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.Endpoint)
+	return p.clients.Get(clientKey{b.Profile, b.Endpoint, region}, func() (ec2API, error) {
+		cfg, err := loadConfig(ctx, b.Profile, region, p.opts.RetryMaxAttempts, p.backoff)
+		if err != nil {
+			return nil, err
 		}
+		return ec2.NewFromConfig(cfg, func(o *ec2.Options) { setEndpoint(&o.BaseEndpoint, b.Endpoint) }), nil
 	})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clients[key]; ok {
-		return c, nil
+}
+
+// setEndpoint points a service client at endpoint, a block's override of
+// the service's URL, when one is set.
+func setEndpoint(base **string, endpoint string) {
+	if endpoint != "" {
+		*base = awssdk.String(endpoint)
 	}
-	p.clients[key] = client
-	return client, nil
 }
 
 // backoff returns the retry backoff: the SDK's jittered exponential one,

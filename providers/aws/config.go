@@ -1,8 +1,7 @@
 package aws
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -45,17 +44,20 @@ type block struct {
 	PlacementScoreCapacity int `json:"placement_score_capacity"`
 }
 
+// callBlock is a provider call's prologue: a done ctx ends the call before
+// any work, then the block is decoded.
+func callBlock(ctx context.Context, cfg providers.Config) (block, error) {
+	if err := ctx.Err(); err != nil {
+		return block{}, err
+	}
+	return decodeBlock(cfg)
+}
+
 // decodeBlock decodes and validates a provider block. Every problem is
 // reported at once, as one invalid-config error.
 func decodeBlock(cfg providers.Config) (block, error) {
 	var b block
-	raw := bytes.TrimSpace(cfg.Raw)
-	if len(raw) == 0 {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := cfg.DecodeStrict(&b); err != nil {
 		return block{}, providers.InvalidConfig(fmt.Errorf("provider %q: %w", Name, err))
 	}
 	var errs []error

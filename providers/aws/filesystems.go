@@ -484,11 +484,7 @@ func (p *Provider) fsxClient(ctx context.Context, b block, region string) (fsxAP
 	if err != nil {
 		return nil, err
 	}
-	return fsx.NewFromConfig(cfg, func(o *fsx.Options) {
-		if b.FSxEndpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.FSxEndpoint)
-		}
-	}), nil
+	return fsx.NewFromConfig(cfg, func(o *fsx.Options) { setEndpoint(&o.BaseEndpoint, b.FSxEndpoint) }), nil
 }
 
 func (p *Provider) efsClient(ctx context.Context, b block, region string) (efsAPI, error) {
@@ -496,9 +492,5 @@ func (p *Provider) efsClient(ctx context.Context, b block, region string) (efsAP
 	if err != nil {
 		return nil, err
 	}
-	return efs.NewFromConfig(cfg, func(o *efs.Options) {
-		if b.EFSEndpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.EFSEndpoint)
-		}
-	}), nil
+	return efs.NewFromConfig(cfg, func(o *efs.Options) { setEndpoint(&o.BaseEndpoint, b.EFSEndpoint) }), nil
 }

@@ -186,10 +186,7 @@ func (p *Provider) pruneRecentLocked(now time.Time) {
 
 // Get returns one instance, searching the block's regions.
 func (p *Provider) Get(ctx context.Context, cfg providers.Config, id string) (providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return providers.Instance{}, err
-	}
-	b, err := decodeBlock(cfg)
+	b, err := callBlock(ctx, cfg)
 	if err != nil {
 		return providers.Instance{}, err
 	}
@@ -230,10 +227,7 @@ func (p *Provider) Get(ctx context.Context, cfg providers.Config, id string) (pr
 // List returns the instances carrying every tag in tags, in every region
 // of the block, terminated ones left out.
 func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[string]string) ([]providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b, err := decodeBlock(cfg)
+	b, err := callBlock(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +287,7 @@ func (p *Provider) List(ctx context.Context, cfg providers.Config, tags map[stri
 // ago, which EC2 may not show yet: that one is retried (bounded), since
 // calling it gone would leak a running VM.
 func (p *Provider) Delete(ctx context.Context, cfg providers.Config, id string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	b, err := decodeBlock(cfg)
+	b, err := callBlock(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -47,10 +47,7 @@ func printableASCII(s string) bool {
 // ClientToken covers the whole request and a capacity or quota answer is
 // an error about exactly this offering.
 func (p *Provider) Create(ctx context.Context, cfg providers.Config, req providers.LaunchRequest) ([]providers.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b, err := decodeBlock(cfg)
+	b, err := callBlock(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	rec := httptest.NewRecorder()
 	r.fake.ServeHTTP(rec, req)
-	if err == nil {
+	if err == nil && firstAttempt(req) {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, v)
 		if rec.Code == http.StatusOK {
@@ -58,6 +58,16 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// firstAttempt reports whether a request is the SDK's first attempt at a
+// call. A later one is the same request again, not one more fleetd made:
+// against the fake's instant answers the client's transport now and then
+// ends its write of a request in an error after the answer came, closes
+// the connection under a large answer's body, and the SDK retries.
+func firstAttempt(req *http.Request) bool {
+	attempt, _, _ := strings.Cut(strings.TrimPrefix(req.Header.Get("Amz-Sdk-Request"), "attempt="), ";")
+	return attempt == "" || attempt == "1"
 }
 
 // shapeProblems checks every recorded request of the given actions, and
@@ -201,6 +211,19 @@ func fastRequest(node string) providers.LaunchRequest {
 			GroupTags: map[string]string{providers.TagFleet: "bert", providers.TagDaemonID: "d-test", providers.TagIncarnation: "k3x9"}}}
 }
 
+// bertOfferings is a provider, the block of fleet "bert" with these
+// instance types at the fake at url, and the block's offerings.
+func bertOfferings(t *testing.T, url string, types ...string) (*aws.Provider, providers.Config, []providers.Offering) {
+	t.Helper()
+	p := aws.New(testOptions())
+	cfg := config(t, "bert", with(baseBlock(url), "instance_types", types))
+	offs, err := p.Offerings(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, cfg, offs
+}
+
 func TestNetworkOfferings(t *testing.T) {
 	_, url := newFake(t)
 	p := aws.New(testOptions())
@@ -230,12 +253,7 @@ func TestNetworkOfferings(t *testing.T) {
 // each with 32 EFA interfaces in the zone's subnet and the group.
 func TestFastLaunchP5Golden(t *testing.T) {
 	fake, rec, url := newRecordedFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "bert", with(baseBlock(url), "instance_types", []string{"p5.48xlarge"}))
-	offs, err := p.Offerings(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, offs := bertOfferings(t, url, "p5.48xlarge")
 	off := find(t, offs, "us-east-1a", "p5.48xlarge", providers.Spot)
 	for i := 1; i <= 8; i++ {
 		req := fastRequest(fmt.Sprintf("bert-k3x9-%d-abcd", i))
@@ -310,12 +328,7 @@ func TestFastLaunchP5Golden(t *testing.T) {
 // launches without the group ("auto"'s fallback).
 func TestPlacementGroupCapacity(t *testing.T) {
 	fake, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "bert", with(baseBlock(url), "instance_types", []string{"p4d.24xlarge"}))
-	offs, err := p.Offerings(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, offs := bertOfferings(t, url, "p4d.24xlarge")
 	off := find(t, offs, "us-east-1b", "p4d.24xlarge", providers.Spot)
 	fake.SetGroupCapacity("fleetd-bert-k3x9-us-east-1b", 1)
 	req := fastRequest("n1")
@@ -325,7 +338,7 @@ func TestPlacementGroupCapacity(t *testing.T) {
 	}
 	req = fastRequest("n2")
 	req.Offering = off
-	_, err = p.Create(ctxT(t), cfg, req)
+	_, err := p.Create(ctxT(t), cfg, req)
 	var pe *providers.Error
 	if !providers.IsCapacity(err) || !errors.As(err, &pe) || pe.Offering != off.Key() || pe.Code != "InsufficientInstanceCapacity" {
 		t.Fatalf("launch into a full group: %v, want a capacity error for %s", err, off.Key())
@@ -345,12 +358,7 @@ func TestPlacementGroupCapacity(t *testing.T) {
 
 func TestFastLaunchRules(t *testing.T) {
 	_, url := newFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "bert", with(baseBlock(url), "instance_types", []string{"p4d.24xlarge", "g5.xlarge"}))
-	offs, err := p.Offerings(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, offs := bertOfferings(t, url, "p4d.24xlarge", "g5.xlarge")
 	// A type without EFA cannot be launched with the fabric.
 	req := fastRequest("n1")
 	req.Offering = find(t, offs, "us-east-1a", "g5.xlarge", providers.Spot)
@@ -376,12 +384,7 @@ func TestFastLaunchRules(t *testing.T) {
 
 func TestReleaseNetwork(t *testing.T) {
 	fake, rec, url := newRecordedFake(t)
-	p := aws.New(testOptions())
-	cfg := config(t, "bert", with(baseBlock(url), "instance_types", []string{"p4d.24xlarge"}))
-	offs, err := p.Offerings(ctxT(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, offs := bertOfferings(t, url, "p4d.24xlarge")
 	var ids []string
 	for i, z := range []string{"us-east-1a", "us-east-1b", "us-west-2a"} {
 		req := fastRequest(fmt.Sprintf("n%d", i))

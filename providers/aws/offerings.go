@@ -51,10 +51,7 @@ type typeInfo struct {
 // type with no spot price in a zone still has its on-demand offering.
 // Spot offerings carry the zone's spot placement score when EC2 gives one.
 func (p *Provider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b, err := decodeBlock(cfg)
+	b, err := callBlock(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/pricing"
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
+
+	"github.com/fleetd/fleetd/providers/internal/clientcache"
 )
 
 // Price sources an offering's PriceSource names.
@@ -59,7 +61,7 @@ type listEntry struct {
 // priceList caches Price List API answers per (scope, region, type) and
 // remembers, per scope, until when not to ask after a failure.
 type priceList struct {
-	clients map[string]pricingAPI                      // by profile|pricing_endpoint
+	clients clientcache.Cache[string, pricingAPI]      // by profile|pricing_endpoint
 	entries map[string]listEntry                       // by pricingScope|region|type
 	retryAt map[string]time.Time                       // by pricingScope
 	note    map[string]string                          // by pricingScope: why the API is not used
@@ -68,7 +70,7 @@ type priceList struct {
 
 func newPriceList() *priceList {
 	return &priceList{
-		clients: map[string]pricingAPI{}, entries: map[string]listEntry{},
+		entries: map[string]listEntry{},
 		retryAt: map[string]time.Time{}, note: map[string]string{},
 		spotAt: map[string]map[string]map[string]time.Time{},
 	}
@@ -78,29 +80,13 @@ func (b block) pricingScope() string { return b.Profile + "|" + b.PricingEndpoin
 
 // pricingClient returns the (cached) Price List client of block b.
 func (p *Provider) pricingClient(ctx context.Context, b block) (pricingAPI, error) {
-	key := b.pricingScope()
-	p.mu.Lock()
-	c, ok := p.prices.clients[key]
-	p.mu.Unlock()
-	if ok {
-		return c, nil
-	}
-	cfg, err := loadConfig(ctx, b.Profile, pricingRegion, p.opts.RetryMaxAttempts, p.backoff)
-	if err != nil {
-		return nil, err
-	}
-	client := pricing.NewFromConfig(cfg, func(o *pricing.Options) {
-		if b.PricingEndpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.PricingEndpoint)
+	return p.prices.clients.Get(b.pricingScope(), func() (pricingAPI, error) {
+		cfg, err := loadConfig(ctx, b.Profile, pricingRegion, p.opts.RetryMaxAttempts, p.backoff)
+		if err != nil {
+			return nil, err
 		}
+		return pricing.NewFromConfig(cfg, func(o *pricing.Options) { setEndpoint(&o.BaseEndpoint, b.PricingEndpoint) }), nil
 	})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.prices.clients[key]; ok {
-		return c, nil
-	}
-	p.prices.clients[key] = client
-	return client, nil
 }
 
 // onDemandQuotes returns the on-demand price of each of the block's

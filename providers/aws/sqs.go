@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"strings"
 
-	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/fleetd/fleetd/providers"
@@ -62,9 +61,5 @@ func NewSQSClient(ctx context.Context, cfg providers.Config, region string) (*sq
 	if err != nil {
 		return nil, err
 	}
-	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		if b.SQSEndpoint != "" {
-			o.BaseEndpoint = awssdk.String(b.SQSEndpoint)
-		}
-	}), nil
+	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { setEndpoint(&o.BaseEndpoint, b.SQSEndpoint) }), nil
 }

@@ -14,6 +14,8 @@ import (
 	cloudbilling "google.golang.org/api/cloudbilling/v1"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
+
+	"github.com/fleetd/fleetd/providers/internal/clientcache"
 )
 
 // Prices of Compute Engine from the Cloud Billing Catalog API.
@@ -249,7 +251,7 @@ type catalogView struct {
 // billingState caches catalog reads per billing endpoint and remembers,
 // after a failure, until when not to ask again.
 type billingState struct {
-	services map[string]*cloudbilling.APIService
+	services clientcache.Cache[string, *cloudbilling.APIService]
 	entries  map[string]*catalogEntry
 	retryAt  map[string]time.Time
 	note     map[string]string
@@ -257,7 +259,7 @@ type billingState struct {
 }
 
 func newBillingState() *billingState {
-	return &billingState{services: map[string]*cloudbilling.APIService{}, entries: map[string]*catalogEntry{},
+	return &billingState{entries: map[string]*catalogEntry{},
 		retryAt: map[string]time.Time{}, note: map[string]string{}, inflight: map[string]chan struct{}{}}
 }
 
@@ -294,24 +296,13 @@ func (p *Provider) billingOptions(c *config) []option.ClientOption {
 
 // billingService returns the (cached) Cloud Billing client of the block.
 func (p *Provider) billingService(ctx context.Context, c *config) (*cloudbilling.APIService, error) {
-	key := c.billingEndpoint()
-	p.mu.Lock()
-	svc, ok := p.billing.services[key]
-	p.mu.Unlock()
-	if ok {
+	return p.billing.services.Get(c.billingEndpoint(), func() (*cloudbilling.APIService, error) {
+		svc, err := cloudbilling.NewService(ctx, p.billingOptions(c)...)
+		if err != nil {
+			return nil, &noCredentialsError{err}
+		}
 		return svc, nil
-	}
-	svc, err := cloudbilling.NewService(ctx, p.billingOptions(c)...)
-	if err != nil {
-		return nil, &noCredentialsError{err}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if s, ok := p.billing.services[key]; ok {
-		return s, nil
-	}
-	p.billing.services[key] = svc
-	return svc, nil
+	})
 }
 
 // noCredentialsError is a Cloud Billing client that could not be built,

@@ -78,13 +78,7 @@ var (
 // invalid-config error naming the attribute.
 func decodeConfig(cfg providers.Config) (*config, error) {
 	c := &config{fleet: cfg.Fleet}
-	raw := cfg.Raw
-	if len(raw) == 0 {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
+	if err := cfg.DecodeStrict(c); err != nil {
 		return nil, providers.InvalidConfig(fmt.Errorf("gcp provider block: %w", err))
 	}
 	var errs []error

@@ -1,8 +1,6 @@
 package local
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -61,12 +59,8 @@ type blockJSON struct {
 // an InvalidConfig error.
 func decodeSettings(cfg providers.Config) (settings, error) {
 	var b blockJSON
-	if len(bytes.TrimSpace(cfg.Raw)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(cfg.Raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil {
-			return settings{}, providers.InvalidConfig(fmt.Errorf("provider \"local\": %w", err))
-		}
+	if err := cfg.DecodeStrict(&b); err != nil {
+		return settings{}, providers.InvalidConfig(fmt.Errorf("provider \"local\": %w", err))
 	}
 	s := settings{
 		Zones:         b.Zones,

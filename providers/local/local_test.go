@@ -309,39 +309,42 @@ func TestDeleteKillsTheNode(t *testing.T) {
 	}
 }
 
-func TestKilledAgentIsAnUnannouncedLoss(t *testing.T) {
-	e := newEnv(t, `{}`)
-	in := e.create(providers.LaunchRequest{})
-	e.waitState(in.ID, providers.StateRunning, 10*time.Second)
-	sup, ag := e.pids(in.ID)
-	if err := syscall.Kill(ag, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+// TestKilledProcessIsAnUnannouncedLoss: a node whose agent or supervisor
+// is killed is lost, unannounced, and its other process goes too.
+func TestKilledProcessIsAnUnannouncedLoss(t *testing.T) {
+	cases := []struct {
+		name       string
+		killAgent  bool   // else the supervisor
+		otherGoing string // what the other process's end is
+	}{
+		{"agent", true, "the supervisor to power the node off"},
+		{"supervisor", false, "the orphaned agent to be killed"},
 	}
-	got := e.waitState(in.ID, providers.StateTerminated, 5*time.Second)
-	if got.Interruption == nil || got.Interruption.Kind != string(interruption.Lost) {
-		t.Fatalf("loss not reported as such: %+v", got.Interruption)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, `{}`)
+			in := e.create(providers.LaunchRequest{})
+			e.waitState(in.ID, providers.StateRunning, 10*time.Second)
+			sup, ag := e.pids(in.ID)
+			killed, other := sup, ag
+			if tc.killAgent {
+				killed, other = ag, sup
+			}
+			if err := syscall.Kill(killed, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			got := e.waitState(in.ID, providers.StateTerminated, 5*time.Second)
+			if got.Interruption == nil || got.Interruption.Kind != string(interruption.Lost) {
+				t.Fatalf("interruption %+v, want lost", got.Interruption)
+			}
+			waitFor(t, 5*time.Second, tc.otherGoing, func() bool { return gone(other) })
+			// Still listed (crash adoption must see losses), and stays terminated.
+			list, err := e.provider().List(t.Context(), e.cfg, nil)
+			if err != nil || len(list) != 1 || list[0].State != providers.StateTerminated {
+				t.Fatalf("List after loss: %+v, %v", list, err)
+			}
+		})
 	}
-	waitFor(t, 5*time.Second, "the supervisor to power the node off", func() bool { return gone(sup) })
-	// Still listed (crash adoption must see losses), and stays terminated.
-	list, err := e.provider().List(t.Context(), e.cfg, nil)
-	if err != nil || len(list) != 1 || list[0].State != providers.StateTerminated {
-		t.Fatalf("List after loss: %+v, %v", list, err)
-	}
-}
-
-func TestKilledSupervisorTakesTheNodeDown(t *testing.T) {
-	e := newEnv(t, `{}`)
-	in := e.create(providers.LaunchRequest{})
-	e.waitState(in.ID, providers.StateRunning, 10*time.Second)
-	sup, ag := e.pids(in.ID)
-	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	got := e.waitState(in.ID, providers.StateTerminated, 5*time.Second)
-	if got.Interruption == nil || got.Interruption.Kind != "lost" {
-		t.Fatalf("interruption %+v, want lost", got.Interruption)
-	}
-	waitFor(t, 5*time.Second, "the orphaned agent to be killed", func() bool { return gone(ag) })
 }
 
 func TestNewProviderFindsRunningNodes(t *testing.T) {

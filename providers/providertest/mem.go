@@ -1,11 +1,9 @@
 package providertest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -197,31 +195,27 @@ func (p *MemProvider) Live() int {
 	return n
 }
 
-// begin is the common prologue: count, honour a done context, run the hook.
-func (p *MemProvider) begin(ctx context.Context, op Op, cfg providers.Config) error {
+// begin is the common prologue: count, honour a done context, run the
+// hook, decode the block.
+func (p *MemProvider) begin(ctx context.Context, op Op, cfg providers.Config) (MemConfig, error) {
 	p.mu.Lock()
 	p.calls[op]++
 	hook := p.hook
 	p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mem %s: %w", op, err)
+		return MemConfig{}, fmt.Errorf("mem %s: %w", op, err)
 	}
 	if hook != nil {
 		if err := hook(ctx, op, cfg); err != nil {
-			return err
+			return MemConfig{}, err
 		}
 	}
-	return nil
+	return decodeMemConfig(cfg)
 }
 
 func decodeMemConfig(cfg providers.Config) (MemConfig, error) {
 	var mc MemConfig
-	if len(bytes.TrimSpace(cfg.Raw)) == 0 {
-		return mc, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(cfg.Raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&mc); err != nil {
+	if err := cfg.DecodeStrict(&mc); err != nil {
 		return mc, providers.InvalidConfig(fmt.Errorf("mem provider block: %w", err))
 	}
 	if mc.CreateDelay != "" {
@@ -233,7 +227,7 @@ func decodeMemConfig(cfg providers.Config) (MemConfig, error) {
 }
 
 func (p *MemProvider) Info(ctx context.Context) (providers.Info, error) {
-	if err := p.begin(ctx, OpInfo, providers.Config{}); err != nil {
+	if _, err := p.begin(ctx, OpInfo, providers.Config{}); err != nil {
 		return providers.Info{}, err
 	}
 	return providers.Info{Name: MemName, Schema: MemSchema, NoticeLead: 2 * time.Minute}, nil
@@ -266,10 +260,7 @@ func (p *MemProvider) liveCounts() (map[string]int, int) {
 }
 
 func (p *MemProvider) Offerings(ctx context.Context, cfg providers.Config) ([]providers.Offering, error) {
-	if err := p.begin(ctx, OpOfferings, cfg); err != nil {
-		return nil, err
-	}
-	mc, err := decodeMemConfig(cfg)
+	mc, err := p.begin(ctx, OpOfferings, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -288,10 +279,7 @@ func (p *MemProvider) Offerings(ctx context.Context, cfg providers.Config) ([]pr
 }
 
 func (p *MemProvider) Create(ctx context.Context, cfg providers.Config, req providers.LaunchRequest) ([]providers.Instance, error) {
-	if err := p.begin(ctx, OpCreate, cfg); err != nil {
-		return nil, err
-	}
-	mc, err := decodeMemConfig(cfg)
+	mc, err := p.begin(ctx, OpCreate, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -399,10 +387,7 @@ func copyInstance(in *providers.Instance) providers.Instance {
 }
 
 func (p *MemProvider) Get(ctx context.Context, cfg providers.Config, id string) (providers.Instance, error) {
-	if err := p.begin(ctx, OpGet, cfg); err != nil {
-		return providers.Instance{}, err
-	}
-	if _, err := decodeMemConfig(cfg); err != nil {
+	if _, err := p.begin(ctx, OpGet, cfg); err != nil {
 		return providers.Instance{}, err
 	}
 	p.mu.Lock()
@@ -415,10 +400,7 @@ func (p *MemProvider) Get(ctx context.Context, cfg providers.Config, id string) 
 }
 
 func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[string]string) ([]providers.Instance, error) {
-	if err := p.begin(ctx, OpList, cfg); err != nil {
-		return nil, err
-	}
-	if _, err := decodeMemConfig(cfg); err != nil {
+	if _, err := p.begin(ctx, OpList, cfg); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
@@ -438,10 +420,7 @@ func (p *MemProvider) List(ctx context.Context, cfg providers.Config, tags map[s
 }
 
 func (p *MemProvider) Delete(ctx context.Context, cfg providers.Config, id string) error {
-	if err := p.begin(ctx, OpDelete, cfg); err != nil {
-		return err
-	}
-	if _, err := decodeMemConfig(cfg); err != nil {
+	if _, err := p.begin(ctx, OpDelete, cfg); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -453,10 +432,7 @@ func (p *MemProvider) Delete(ctx context.Context, cfg providers.Config, id strin
 }
 
 func (p *MemProvider) Interrupt(ctx context.Context, cfg providers.Config, id string, info providers.InterruptionInfo) error {
-	if err := p.begin(ctx, OpInterrupt, cfg); err != nil {
-		return err
-	}
-	if _, err := decodeMemConfig(cfg); err != nil {
+	if _, err := p.begin(ctx, OpInterrupt, cfg); err != nil {
 		return err
 	}
 	p.mu.Lock()

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -84,13 +82,7 @@ type Config struct {
 // invalid-config errors.
 func DecodeConfig(cfg providers.Config) (Config, error) {
 	var c Config
-	raw := cfg.Raw
-	if len(raw) == 0 {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := cfg.DecodeStrict(&c); err != nil {
 		return c, providers.InvalidConfig(fmt.Errorf("sim provider block: %w", err))
 	}
 	if c.Trace == "" {

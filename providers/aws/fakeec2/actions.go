@@ -119,7 +119,7 @@ func (s *Server) describeSpotPriceHistory(r *region, p params) (answer, *apiErro
 				zone = f.Values[0]
 			}
 		default:
-			return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
+			return nil, invalidFilter(f.Name)
 		}
 	}
 	match := func(sp spotPrice) bool {
@@ -542,16 +542,9 @@ func (s *Server) describeInstances(r *region, p params) (answer, *apiError) {
 	for _, in := range cands {
 		observeLocked(in, now)
 	}
-	filters := p.filters()
-	var matched []*instance
-	for _, in := range cands {
-		ok, err := s.matchInstance(r, in, filters)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			matched = append(matched, in)
-		}
+	matched, err := filtered(cands, p.filters(), instanceFilterValues)
+	if err != nil {
+		return nil, err
 	}
 	start, end, next, err := s.page(p, len(matched), 5, 1000)
 	if err != nil {
@@ -585,42 +578,26 @@ func (s *Server) tickHiddenLocked(r *region) {
 	}
 }
 
-func (s *Server) matchInstance(r *region, in *instance, filters []filter) (bool, *apiError) {
-	for _, f := range filters {
-		var have []string
-		switch {
-		case strings.HasPrefix(f.Name, "tag:"):
-			v, ok := in.tags[strings.TrimPrefix(f.Name, "tag:")]
-			if !ok {
-				return false, nil
-			}
-			have = []string{v}
-		case f.Name == "tag-key":
-			for k := range in.tags {
-				have = append(have, k)
-			}
-		case f.Name == "instance-state-name":
-			have = []string{in.state}
-		case f.Name == "instance-id":
-			have = []string{in.id}
-		case f.Name == "instance-type":
-			have = []string{in.typ}
-		case f.Name == "availability-zone":
-			have = []string{in.zone}
-		case f.Name == "instance-lifecycle":
-			if in.market == MarketSpot {
-				have = []string{"spot"}
-			}
-		case f.Name == "client-token":
-			have = []string{in.token}
-		default:
-			return false, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
+// instanceFilterValues answers DescribeInstances' filters on an instance.
+func instanceFilterValues(in *instance, name string) ([]string, bool) {
+	switch name {
+	case "instance-state-name":
+		return []string{in.state}, true
+	case "instance-id":
+		return []string{in.id}, true
+	case "instance-type":
+		return []string{in.typ}, true
+	case "availability-zone":
+		return []string{in.zone}, true
+	case "instance-lifecycle":
+		if in.market == MarketSpot {
+			return []string{"spot"}, true
 		}
-		if !anyMatch(have, f.Values) {
-			return false, nil
-		}
+		return nil, true
+	case "client-token":
+		return []string{in.token}, true
 	}
-	return true, nil
+	return tagValues(in.tags, name)
 }
 
 // anyMatch: a filter matches when any value matches; EC2 values may use
@@ -710,35 +687,9 @@ func (s *Server) describeSpotInstanceRequests(r *region, p params) (answer, *api
 			cands = append(cands, r.spot[id])
 		}
 	}
-	var matched []*spotRequest
-	for _, sr := range cands {
-		ok := true
-		for _, f := range p.filters() {
-			var have []string
-			switch {
-			case f.Name == "instance-id":
-				have = []string{sr.instanceID}
-			case f.Name == "spot-instance-request-id":
-				have = []string{sr.id}
-			case f.Name == "state":
-				have = []string{sr.state}
-			case f.Name == "status-code":
-				have = []string{sr.code}
-			case strings.HasPrefix(f.Name, "tag:"):
-				if v, ok := sr.tags[strings.TrimPrefix(f.Name, "tag:")]; ok {
-					have = []string{v}
-				}
-			default:
-				return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
-			}
-			if !anyMatch(have, f.Values) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			matched = append(matched, sr)
-		}
+	matched, err := filtered(cands, p.filters(), spotRequestFilterValues)
+	if err != nil {
+		return nil, err
 	}
 	start, end, next, err := s.page(p, len(matched), 5, 1000)
 	if err != nil {
@@ -759,4 +710,23 @@ func (s *Server) describeSpotInstanceRequests(r *region, p params) (answer, *api
 		resp.Requests = append(resp.Requests, x)
 	}
 	return resp, nil
+}
+
+// spotRequestFilterValues answers DescribeSpotInstanceRequests' filters on
+// a request. Of the tag filters the fake knows tag:<key> only.
+func spotRequestFilterValues(sr *spotRequest, name string) ([]string, bool) {
+	switch name {
+	case "instance-id":
+		return []string{sr.instanceID}, true
+	case "spot-instance-request-id":
+		return []string{sr.id}, true
+	case "state":
+		return []string{sr.state}, true
+	case "status-code":
+		return []string{sr.code}, true
+	}
+	if strings.HasPrefix(name, "tag:") {
+		return tagValues(sr.tags, name)
+	}
+	return nil, false
 }

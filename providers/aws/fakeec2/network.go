@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // The fast-network parts of EC2: DescribeInstanceTypes' NetworkInfo (EFA,
@@ -149,56 +148,34 @@ func (s *Server) describePlacementGroups(r *region, p params) (answer, *apiError
 			return nil, &apiError{Code: "InvalidPlacementGroup.Unknown", Message: fmt.Sprintf("The Placement Group '%s' is unknown.", n)}
 		}
 	}
-	resp := &xmlDescribePlacementGroupsResponse{}
+	var groups []*placementGroup
 	for _, n := range slices.Sorted(maps.Keys(r.pgroups)) {
-		g := r.pgroups[n]
-		if len(names) > 0 && !slices.Contains(names, n) {
-			continue
+		if len(names) == 0 || slices.Contains(names, n) {
+			groups = append(groups, r.pgroups[n])
 		}
-		ok, err := groupMatches(g, p.filters())
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			resp.Groups = append(resp.Groups, s.xmlGroup(r, g))
-		}
+	}
+	matched, err := filtered(groups, p.filters(), groupFilterValues)
+	if err != nil {
+		return nil, err
+	}
+	resp := &xmlDescribePlacementGroupsResponse{}
+	for _, g := range matched {
+		resp.Groups = append(resp.Groups, s.xmlGroup(r, g))
 	}
 	return resp, nil
 }
 
-func groupMatches(g *placementGroup, filters []filter) (bool, *apiError) {
-	for _, f := range filters {
-		var have string
-		switch {
-		case f.Name == "group-name":
-			have = g.name
-		case f.Name == "strategy":
-			have = g.strategy
-		case f.Name == "state":
-			have = g.state
-		case strings.HasPrefix(f.Name, "tag:"):
-			v, ok := g.tags[strings.TrimPrefix(f.Name, "tag:")]
-			if !ok {
-				return false, nil
-			}
-			have = v
-		case f.Name == "tag-key":
-			keys := make([]string, 0, len(g.tags))
-			for k := range g.tags {
-				keys = append(keys, k)
-			}
-			if !anyMatch(keys, f.Values) {
-				return false, nil
-			}
-			continue
-		default:
-			return false, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
-		}
-		if !anyMatch([]string{have}, f.Values) {
-			return false, nil
-		}
+// groupFilterValues answers DescribePlacementGroups' filters on a group.
+func groupFilterValues(g *placementGroup, name string) ([]string, bool) {
+	switch name {
+	case "group-name":
+		return []string{g.name}, true
+	case "strategy":
+		return []string{g.strategy}, true
+	case "state":
+		return []string{g.state}, true
 	}
-	return true, nil
+	return tagValues(g.tags, name)
 }
 
 func (s *Server) deletePlacementGroup(r *region, p params) (answer, *apiError) {

@@ -118,7 +118,7 @@ func (s *Server) describeInstanceTypeOfferings(r *region, p params) (answer, *ap
 			want = append(want, f.Values...)
 		case "location":
 		default:
-			return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
+			return nil, invalidFilter(f.Name)
 		}
 	}
 	var offs []xmlInstanceTypeOffering

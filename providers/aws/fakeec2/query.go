@@ -1,7 +1,10 @@
 package fakeec2
 
 import (
+	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,6 +63,49 @@ func (p params) filters() []filter {
 		out = append(out, filter{Name: p.get(pre + ".Name"), Values: p.list(pre + ".Value")})
 	}
 	return out
+}
+
+// filtered keeps the items that pass every filter, as EC2 applies them: a
+// filter passes when any value the item has for it matches any of the
+// filter's values (wildcards allowed). values answers an item's values for
+// a filter name, known false for a name the call does not support, which
+// is an error (once an item reaches that filter).
+func filtered[T any](items []T, filters []filter, values func(item T, name string) (have []string, known bool)) ([]T, *apiError) {
+	var out []T
+items:
+	for _, it := range items {
+		for _, f := range filters {
+			have, known := values(it, f.Name)
+			if !known {
+				return nil, invalidFilter(f.Name)
+			}
+			if !anyMatch(have, f.Values) {
+				continue items
+			}
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// tagValues answers the tag filters on a resource's tags: tag:<key>, the
+// tag's value (none when the tag is missing), and tag-key, every key.
+func tagValues(tags map[string]string, name string) (have []string, known bool) {
+	if key, ok := strings.CutPrefix(name, "tag:"); ok {
+		if v, ok := tags[key]; ok {
+			return []string{v}, true
+		}
+		return nil, true
+	}
+	if name == "tag-key" {
+		return slices.Collect(maps.Keys(tags)), true
+	}
+	return nil, false
+}
+
+// invalidFilter is EC2's answer to a filter name the call does not support.
+func invalidFilter(name string) *apiError {
+	return &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", name)}
 }
 
 // tags decodes TagSpecification.N of a launch call into resource type → tags.

@@ -86,7 +86,7 @@ func (s *Server) describeVpcs(r *region, p params) (answer, *apiError) {
 			case "vpc-id":
 				keep = keep && slices.Contains(f.Values, v.VpcID)
 			default:
-				return nil, &apiError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", f.Name)}
+				return nil, invalidFilter(f.Name)
 			}
 		}
 		if keep {

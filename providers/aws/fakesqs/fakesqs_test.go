@@ -3,12 +3,10 @@ package fakesqs_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -19,21 +17,14 @@ import (
 
 func setup(t *testing.T) (*fakesqs.Server, *sqs.Client, string) {
 	t.Helper()
-	fake := fakesqs.New(fakesqs.Options{})
-	fake.CreateQueue("q")
-	ts := httptest.NewServer(fake)
-	t.Cleanup(ts.Close)
-	client := sqs.New(sqs.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(ts.URL),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		RetryMaxAttempts: 1,
-	})
+	fake, url := fakesqs.StartT(t, "q")
+	client := fakesqs.NewClient(url)
 	ctx := ctxT(t)
 	out, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("q")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := aws.ToString(out.QueueUrl), fake.QueueURL(ts.URL, "q"); got != want {
+	if got, want := aws.ToString(out.QueueUrl), fake.QueueURL(url, "q"); got != want {
 		t.Fatalf("queue url %s, want %s", got, want)
 	}
 	return fake, client, aws.ToString(out.QueueUrl)

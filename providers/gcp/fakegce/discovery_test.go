@@ -85,14 +85,20 @@ func TestSchemaChecker(t *testing.T) {
 			case "rpc":
 				s = rpcErrors
 			}
-			got := c.body([]byte(tc.body), s, tc.schema)
-			switch {
-			case tc.want == "" && len(got) > 0:
-				t.Errorf("problems %q, want none", got)
-			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
-				t.Errorf("problems %q, want one containing %q", got, tc.want)
-			}
+			wantProblem(t, c.body([]byte(tc.body), s, tc.schema), tc.want)
 		})
+	}
+}
+
+// wantProblem checks a checker's problems: none when want is "", else
+// exactly one, containing want.
+func wantProblem(t *testing.T, got []string, want string) {
+	t.Helper()
+	switch {
+	case want == "" && len(got) > 0:
+		t.Errorf("problems %q, want none", got)
+	case want != "" && (len(got) != 1 || !strings.Contains(got[0], want)):
+		t.Errorf("problems %q, want one containing %q", got, want)
 	}
 }
 
@@ -217,13 +223,7 @@ func TestCheckExchange(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := a.checkExchange(served, tc.e)
-			switch {
-			case tc.want == "" && len(got) > 0:
-				t.Errorf("problems %q, want none", got)
-			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
-				t.Errorf("problems %q, want one containing %q", got, tc.want)
-			}
+			wantProblem(t, a.checkExchange(served, tc.e), tc.want)
 		})
 	}
 }

@@ -19,16 +19,20 @@ func (v Int64) MarshalJSON() ([]byte, error) {
 }
 
 func (v *Int64) UnmarshalJSON(b []byte) error {
-	s := string(b)
-	if uq, err := strconv.Unquote(s); err == nil {
-		s = uq
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(unquoted(b), 10, 64)
 	if err != nil {
 		return err
 	}
 	*v = Int64(n)
 	return nil
+}
+
+// unquoted is the text of a JSON integer sent as a string or a number.
+func unquoted(b []byte) string {
+	if s, err := strconv.Unquote(string(b)); err == nil {
+		return s
+	}
+	return string(b)
 }
 
 // Uint64 is the unsigned counterpart (resource and operation ids).
@@ -39,11 +43,7 @@ func (v Uint64) MarshalJSON() ([]byte, error) {
 }
 
 func (v *Uint64) UnmarshalJSON(b []byte) error {
-	s := string(b)
-	if uq, err := strconv.Unquote(s); err == nil {
-		s = uq
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
+	n, err := strconv.ParseUint(unquoted(b), 10, 64)
 	if err != nil {
 		return err
 	}
