@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/procstat"
+
 	"github.com/fleetd/fleetd/agentwire"
 	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
@@ -472,11 +474,7 @@ func (a *testAgent) stop(t *testing.T) {
 // alive reports whether pid is a live (non-zombie) process still running
 // a python worker.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+	if st, err := procstat.Read(pid); err != nil || st.State == 'Z' {
 		return false
 	}
 	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))

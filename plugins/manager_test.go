@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/procstat"
+
 	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/plugins"
 	"github.com/fleetd/fleetd/providers"
@@ -44,14 +46,8 @@ func waitForGate(t *testing.T, gate string) {
 
 // alive reports whether pid is a live (non-zombie) process.
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) STATE ...; comm may contain spaces, so split after ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || !strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z'
 }
 
 // waitGone polls (bounded) until pid is no longer a live process. On

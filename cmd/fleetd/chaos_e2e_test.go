@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/procstat"
+
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
 )
@@ -1012,25 +1014,6 @@ type procInfo struct {
 	cmd            string
 }
 
-// procStatFields are the fields of /proc/<pid>/stat after the command
-// name (which may hold spaces and parentheses): state ppid pgrp session …
-// starttime (f[19]); nil when pid is gone.
-func procStatFields(pid int) []string {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return nil
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	if f := strings.Fields(s[i+1:]); len(f) >= 20 {
-		return f
-	}
-	return nil
-}
-
 // scanProcs reads every live (non-zombie) process from /proc.
 func scanProcs() []procInfo {
 	var out []procInfo
@@ -1040,19 +1023,15 @@ func scanProcs() []procInfo {
 		if err != nil {
 			continue
 		}
-		f := procStatFields(pid)
-		if f == nil || f[0] == "Z" {
+		st, err := procstat.Read(pid)
+		if err != nil || st.State == 'Z' {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil {
 			continue
 		}
-		p := procInfo{pid: pid, cmd: strings.ReplaceAll(string(cmdline), "\x00", " ")}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.sid, _ = strconv.Atoi(f[3])
-		p.start, _ = strconv.ParseUint(f[19], 10, 64)
-		out = append(out, p)
+		out = append(out, procInfo{pid: pid, ppid: st.PPid, sid: st.Session, start: st.Start, cmd: strings.ReplaceAll(string(cmdline), "\x00", " ")})
 	}
 	return out
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/procstat"
+
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/internal/testutil"
 )
@@ -35,8 +37,8 @@ func procsMatching(needles ...string) []int {
 }
 
 func isZombie(pid int) bool {
-	f := procStatFields(pid)
-	return f == nil || f[0] == "Z"
+	st, err := procstat.Read(pid)
+	return err != nil || st.State == 'Z'
 }
 
 // killAll kills the matching processes and everything else in their

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/procstat"
+
 	"github.com/fleetd/fleetd/providers"
 	"golang.org/x/sys/unix"
 )
@@ -146,7 +148,7 @@ func TestDecodeSettings(t *testing.T) {
 }
 
 func TestReadStatAndAlive(t *testing.T) {
-	st, err := readStat(os.Getpid())
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +159,10 @@ func TestReadStatAndAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.state == 'Z' || st.start == 0 || st.session != sid {
+	if st.State == 'Z' || st.Start == 0 || st.Session != sid {
 		t.Fatalf("own stat %+v, getsid %d", st, sid)
 	}
-	if !alive(os.Getpid(), st.start) || alive(os.Getpid(), st.start+1) || alive(0, 0) {
+	if !alive(os.Getpid(), st.Start) || alive(os.Getpid(), st.Start+1) || alive(0, 0) {
 		t.Fatal("alive() does not tell a process from a reused pid")
 	}
 
@@ -171,11 +173,11 @@ func TestReadStatAndAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-	cst, err := readStat(child.Process.Pid)
+	cst, err := procstat.Read(child.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cst.session != child.Process.Pid {
+	if cst.Session != child.Process.Pid {
 		t.Fatalf("child stat %+v, want session %d", cst, child.Process.Pid)
 	}
 }
@@ -209,8 +211,8 @@ func TestSessionSweep(t *testing.T) {
 		t.Fatalf("child pid %q", buf[:n])
 	}
 	start, _ := startTime(sid)
-	cst, err := readStat(child)
-	if err != nil || cst.session != sid {
+	cst, err := procstat.Read(child)
+	if err != nil || cst.Session != sid {
 		t.Fatalf("child %d not in session %d: %+v %v", child, sid, cst, err)
 	}
 	if pgid, _ := syscall.Getpgid(child); pgid == sid {
@@ -227,10 +229,10 @@ func TestSessionSweep(t *testing.T) {
 		t.Fatalf("signalled %d processes, want 1", n)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for alive(child, cst.start) && time.Now().Before(deadline) {
+	for alive(child, cst.Start) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if alive(child, cst.start) {
+	if alive(child, cst.Start) {
 		t.Fatal("session sweep missed the child")
 	}
 	if got := sessionMembers(sid, sid); len(got) != 0 {

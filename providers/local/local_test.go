@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/procstat"
 
 	"github.com/fleetd/fleetd/agent"
 	"github.com/fleetd/fleetd/internal/testutil"
@@ -141,36 +142,12 @@ func readJSON(t *testing.T, file string, v any) {
 // gone reports whether pid has exited (a zombie awaiting its parent's
 // wait counts as exited).
 func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	st, err := procstat.Read(pid)
+	return err != nil || st.Exited()
 }
 
 // sessionSize counts the live processes whose session id is sid.
-func sessionSize(sid int) int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
-		if err != nil || gone(pid) {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 3 && f[3] == strconv.Itoa(sid) {
-			n++
-		}
-	}
-	return n
-}
+func sessionSize(sid int) int { return len(procstat.SessionMembers(sid)) }
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()

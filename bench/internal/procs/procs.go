@@ -3,14 +3,12 @@
 package procs
 
 import (
-	"bytes"
-	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/procstat"
 )
 
 // Every simulated node, torchrun's and fleetd's, is a process session of
@@ -19,64 +17,15 @@ import (
 // without notice is SIGKILL to every process of its session at once:
 // agent, workers and all, like a VM that vanishes.
 
-// stat is what the benchmarks read of /proc/<pid>/stat.
-type stat struct {
-	state byte // R, S, T (stopped), Z, X, ...
-	sid   int  // session id
-}
-
-// exited reports a process that has exited (a zombie not reaped yet, or dead).
-func (s stat) exited() bool { return s.state == 'Z' || s.state == 'X' }
-
-func readStat(pid int) (stat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return stat{}, err
-	}
-	return parseStat(b)
-}
-
-// parseStat reads the state (field 3) and session (field 6) of a
-// /proc/<pid>/stat line; the command name may hold spaces and
-// parentheses, so fields are counted after the last ')'.
-func parseStat(b []byte) (stat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 > len(b) {
-		return stat{}, fmt.Errorf("malformed stat %q", b)
-	}
-	f := bytes.Fields(b[i+2:])
-	if len(f) < 4 || len(f[0]) != 1 {
-		return stat{}, fmt.Errorf("malformed stat %q", b)
-	}
-	sid, err := strconv.Atoi(string(f[3]))
-	return stat{state: f[0][0], sid: sid}, err
-}
-
 // SessionOf returns the session id of pid and whether it has exited (a
 // zombie not reaped yet).
 func SessionOf(pid int) (sid int, exited bool, err error) {
-	st, err := readStat(pid)
-	return st.sid, st.exited(), err
+	st, err := procstat.Read(pid)
+	return st.Session, st.Exited(), err
 }
 
 // SessionMembers lists the live processes of session sid.
-func SessionMembers(sid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if s, exited, err := SessionOf(pid); err == nil && s == sid && !exited {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func SessionMembers(sid int) []int { return procstat.SessionMembers(sid) }
 
 // KillSession SIGKILLs every process of session sid, repeating for
 // processes forked meanwhile, for at most 2 s. It returns how many

@@ -5,28 +5,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		stat    string
-		sid     int
-		exited  bool
-		wantErr bool
-	}{
-		{"4242 (python3) S 1 4242 4240 0 -1 4194560 0 0", 4240, false, false},
-		{"17 (a (b) c) Z 1 17 17 0 -1", 17, true, false},
-		{"17 (torch run) R 1 17 99 0", 99, false, false},
-		{"17 python3 S 1 17 99", 0, false, true},
-		{"17 (x) S 1", 0, false, true},
-	}
-	for _, tt := range tests {
-		st, err := parseStat([]byte(tt.stat))
-		if (err != nil) != tt.wantErr || st.sid != tt.sid || st.exited() != tt.exited {
-			t.Errorf("parseStat(%q) = %d, %v, %v; want %d, %v, err %v", tt.stat, st.sid, st.exited(), err, tt.sid, tt.exited, tt.wantErr)
-		}
-	}
-}
+	"github.com/fleetd/fleetd/internal/procstat"
+)
 
 // TestStopSession freezes real process trees in sessions of their own and
 // ends them with KillSession.
@@ -60,15 +41,15 @@ func TestStopSession(t *testing.T) {
 			for _, pid := range SessionMembers(sid) {
 				// SIGSTOP is delivered asynchronously: wait for the state.
 				for deadline := time.Now().Add(5 * time.Second); ; {
-					st, err := readStat(pid)
+					st, err := procstat.Read(pid)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if st.state == 'T' {
+					if st.State == 'T' {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("pid %d in state %c after StopSession, want T", pid, st.state)
+						t.Fatalf("pid %d in state %c after StopSession, want T", pid, st.State)
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
