@@ -27,12 +27,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fleetd/fleetd/bench/internal/report"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/fleettest/clusterprobe"
 	"github.com/fleetd/fleetd/internal/devcluster"
 )
 
@@ -146,7 +146,7 @@ func startCluster(bin string, ttl time.Duration, root string) ([]*server, string
 		}
 		// A server writes its token file before its API listens: wait
 		// until every one answers too.
-		if len(toks) == 3 && toks[0] == toks[1] && toks[1] == toks[2] && toks[0] != "" && allAnswer(servers, toks[0]) {
+		if len(toks) == 3 && toks[0] == toks[1] && toks[1] == toks[2] && toks[0] != "" && probe.AllAnswer(context.Background(), toks[0], urls(servers)...) {
 			return servers, toks[0], nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -168,41 +168,19 @@ func stopAll(servers []*server) {
 	}
 }
 
-// clusterInfo asks one server who leads.
-func clusterInfo(s *server, token string) (api.ClusterInfo, error) {
-	key := s.url + " " + token
-	c, ok := clusterClients.Load(key)
-	if !ok {
-		cl, err := api.NewClient(s.url, api.ClientOptions{Token: token, Timeout: time.Second})
-		if err != nil {
-			return api.ClusterInfo{}, err
-		}
-		c, _ = clusterClients.LoadOrStore(key, cl)
-	}
-	return c.(*api.Client).Cluster(context.Background())
-}
+// probe asks the servers who leads.
+var probe = clusterprobe.Probe{Timeout: time.Second}
 
-// clusterClients are clusterInfo's clients by server URL and token: one
-// connection pool per server, not one per question.
-var clusterClients sync.Map
-
-// allAnswer reports whether every server answers GET /v1/cluster.
-func allAnswer(servers []*server, token string) bool {
+func urls(servers []*server) []string {
+	var out []string
 	for _, s := range servers {
-		if _, err := clusterInfo(s, token); err != nil {
-			return false
-		}
+		out = append(out, s.url)
 	}
-	return true
+	return out
 }
 
 func leaderOf(servers []*server, token string) string {
-	for _, s := range servers {
-		if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {
-			return info.Leader
-		}
-	}
-	return ""
+	return probe.Leader(context.Background(), token, urls(servers)...)
 }
 
 const fleetSpec = `

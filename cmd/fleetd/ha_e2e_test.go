@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/fleettest/clusterprobe"
 	"github.com/fleetd/fleetd/internal/devcluster"
 	"github.com/fleetd/fleetd/internal/testutil"
 )
@@ -130,32 +130,31 @@ func TestHAClusterConfigs(t *testing.T) {
 func waitServing(t *testing.T, servers []*haServer, token string) {
 	t.Helper()
 	waitUntil(t, "every server answering", 30*time.Second, func() bool {
-		for _, s := range servers {
-			if _, err := clusterInfo(s, token); err != nil {
-				return false
-			}
-		}
-		return true
+		return haProbe.AllAnswer(context.Background(), token, haURLs(servers)...)
 	})
 }
 
+// haProbe asks the HA tests' servers who leads.
+var haProbe = clusterprobe.Probe{Timeout: 2 * time.Second}
+
 // clusterInfo asks one server who leads.
 func clusterInfo(s *haServer, token string) (api.ClusterInfo, error) {
-	key := s.url + " " + token
-	c, ok := clusterClients.Load(key)
-	if !ok {
-		cl, err := api.NewClient(s.url, api.ClientOptions{Token: token, Timeout: 2 * time.Second})
-		if err != nil {
-			return api.ClusterInfo{}, err
-		}
-		c, _ = clusterClients.LoadOrStore(key, cl)
-	}
-	return c.(*api.Client).Cluster(context.Background())
+	return haProbe.Info(context.Background(), s.url, token)
 }
 
-// clusterClients are clusterInfo's clients by server URL and token: one
-// connection pool per server, not one per question.
-var clusterClients sync.Map
+// leaderOf is the leader the first of servers that knows one names, ""
+// while none does.
+func leaderOf(servers []*haServer, token string) string {
+	return haProbe.Leader(context.Background(), token, haURLs(servers)...)
+}
+
+func haURLs(servers []*haServer) []string {
+	var out []string
+	for _, s := range servers {
+		out = append(out, s.url)
+	}
+	return out
+}
 
 // TestHAThreeServers runs three `fleetd serve` with embedded etcd: they
 // share one admin token and one state; one leads; the CLI talks to a
@@ -183,16 +182,8 @@ func TestHAThreeServers(t *testing.T) {
 		return toks[0] != "" && toks[0] == toks[1] && toks[1] == toks[2]
 	})
 	waitServing(t, servers, token)
-	leaderOf := func(among []*haServer) string {
-		for _, s := range among {
-			if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {
-				return info.Leader
-			}
-		}
-		return ""
-	}
 	var leader string
-	waitUntil(t, "a leader", 30*time.Second, func() bool { leader = leaderOf(servers); return leader != "" })
+	waitUntil(t, "a leader", 30*time.Second, func() bool { leader = leaderOf(servers, token); return leader != "" })
 	var lead *haServer
 	var followers []*haServer
 	for _, s := range servers {
@@ -253,7 +244,7 @@ func TestHAThreeServers(t *testing.T) {
 	lead.done <- nil
 	var next string
 	waitUntil(t, "a new leader", 30*time.Second, func() bool {
-		next = leaderOf(followers)
+		next = leaderOf(followers, token)
 		return next != "" && next != leader
 	})
 	how := "its lease ran out"
@@ -312,7 +303,7 @@ func TestHAThreeServers(t *testing.T) {
 	stopped := time.Now()
 	var third string
 	waitUntil(t, "a leader while the old one is paused", 30*time.Second, func() bool {
-		third = leaderOf(others)
+		third = leaderOf(others, token)
 		return third != "" && third != next
 	})
 	t.Logf("leader %s SIGSTOPped; %s leads %.2fs later", next, third, time.Since(stopped).Seconds())

@@ -52,14 +52,7 @@ func TestHAExternalEtcdMemberLoss(t *testing.T) {
 	})
 	waitServing(t, servers, token)
 	addrs := servers[0].url + "," + servers[1].url
-	leader := func() string {
-		for _, s := range servers {
-			if info, err := clusterInfo(s, token); err == nil && info.Leader != "" {
-				return info.Leader
-			}
-		}
-		return ""
-	}
+	leader := func() string { return leaderOf(servers, token) }
 	waitUntil(t, "a fleetd leader", 30*time.Second, func() bool { return leader() != "" })
 
 	nodeDir := t.TempDir()

@@ -4,43 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/fleet/fleettest"
 )
 
-// startInProcessDaemon serves a daemon in this process (no providers: the
-// token commands need none) and points the CLI's environment at it.
+// startInProcessDaemon serves a daemon in this process (fleettest's, on the
+// mem provider, which the token commands never use) and points the CLI's
+// environment at it.
 func startInProcessDaemon(t *testing.T) *fleet.Daemon {
 	t.Helper()
-	cfg := fleet.DefaultConfig()
-	cfg.Listen, cfg.DataDir, cfg.TokenFile = "127.0.0.1:0", t.TempDir(), ""
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := fleet.New(ctx, fleet.Options{Config: cfg, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, stop, err := fleettest.Start(context.Background(), fleettest.Options{DataDir: t.TempDir()})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	if err := d.Listen(); err != nil {
-		cancel()
-		d.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		d.Close()
-	})
+	t.Cleanup(stop)
 	t.Setenv("FLEETD_ADDR", d.URL())
 	t.Setenv("FLEETD_TOKEN", d.Token())
 	return d

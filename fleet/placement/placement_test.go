@@ -7,30 +7,18 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/providers"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func fleet(minN, maxN int) *spec.Fleet {
-	return &spec.Fleet{
-		Name: "bert", MinNodes: minN, MaxNodes: maxN,
-		Node: spec.Node{GPUs: 8, Spot: true},
-		Placement: spec.Placement{
-			Strategy: spec.StrategyPriceCapacity, Colocate: spec.ColocateZone,
-			Fallback: spec.FallbackAfter, FallbackAfter: 10 * time.Minute,
-		},
-		Providers: []spec.Provider{{Name: "aws"}, {Name: "gcp"}},
-	}
-}
+func fleet(minN, maxN int) *spec.Fleet { return spectest.TypedFleet(minN, maxN, "aws", "gcp") }
 
 // off builds an 8-GPU offering; zone "us-east-1a" → region "us-east-1".
 func off(prov, zone, typ string, ct providers.CapacityType, price float64, avail int) providers.Offering {
-	return providers.Offering{
-		Provider: prov, Region: zone[:len(zone)-1], Zone: zone, InstanceType: typ, CapacityType: ct,
-		PricePerHour: price, GPUs: 8, GPUType: "A100", VCPUs: 96, MemoryGiB: 1152, Available: avail,
-	}
+	return spectest.Offering(prov, zone, typ, ct, price, avail)
 }
 
 func keys(offs []providers.Offering) []string {

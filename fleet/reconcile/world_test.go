@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetd/fleetd/fleet/placement"
 	"github.com/fleetd/fleetd/fleet/spec"
+	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/providers"
@@ -80,23 +81,13 @@ func newWorld(t *testing.T, f *spec.Fleet, market ...providers.Offering) *world 
 }
 
 func testFleet(minN, maxN int) *spec.Fleet {
-	return &spec.Fleet{
-		Name: "bert", MinNodes: minN, MaxNodes: maxN,
-		Node: spec.Node{GPUs: 8, Spot: true},
-		Placement: spec.Placement{
-			Strategy: spec.StrategyPriceCapacity, Colocate: spec.ColocateZone,
-			Fallback: spec.FallbackAfter, FallbackAfter: 10 * time.Minute,
-		},
-		Providers: []spec.Provider{{Name: "aws"}},
-		Training:  spec.Training{DrainGrace: 90 * time.Second},
-	}
+	f := spectest.TypedFleet(minN, maxN, "aws")
+	f.Training.DrainGrace = 90 * time.Second
+	return f
 }
 
 func offering(zone, typ string, ct providers.CapacityType, price float64) providers.Offering {
-	return providers.Offering{
-		Provider: "aws", Region: zone[:len(zone)-1], Zone: zone, InstanceType: typ, CapacityType: ct,
-		PricePerHour: price, GPUs: 8, GPUType: "A100", VCPUs: 96, MemoryGiB: 1152, Available: -1,
-	}
+	return spectest.Offering("aws", zone, typ, ct, price, -1)
 }
 
 func (w *world) input() Input {

@@ -1,7 +1,9 @@
 // Package spectest writes the fleet specs that tests and benchmarks apply:
 // one 1-GPU (T4) fleet on the in-memory provider, with the few settings they
-// vary. A leaf for test code anywhere (it imports only fleet/spec), so the
-// controller's tests, the daemon's and the benchmarks share one text.
+// vary; and, decoded, the 8-GPU fleet and offerings the placement and
+// reconcile tests decide over. A leaf for test code anywhere (it imports only
+// fleet/spec and providers), so the controller's tests, the daemon's and the
+// benchmarks share one text.
 package spectest
 
 import (
