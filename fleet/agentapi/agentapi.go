@@ -294,14 +294,11 @@ func (a *API) Logs(fleet, node string, n int) []api.LogLine {
 
 // incarnation is fleet's current incarnation, "" if there is none.
 func (a *API) incarnation(ctx context.Context, fleet string) string {
-	var inc string
-	_ = a.deps.View(ctx, func(tx state.Tx) error {
-		if f, err := tx.Fleet(fleet); err == nil {
-			inc = f.Incarnation
-		}
-		return nil
-	})
-	return inc
+	f, err := state.Read(ctx, a.deps, func(tx state.Tx) (state.Fleet, error) { return tx.Fleet(fleet) })
+	if err != nil {
+		return ""
+	}
+	return f.Incarnation
 }
 
 func (a *API) agentLogs(w http.ResponseWriter, r *http.Request) {

@@ -156,20 +156,20 @@ func reportedSince(blocks map[string]stagingEntry, t time.Time) bool {
 // so a restarted daemon shows where each node's copy stood. A report the
 // agent sent since wins over the stored one.
 func (a *API) LoadStaging(ctx context.Context) error {
-	var recs []state.StagingRecord
-	err := a.deps.View(ctx, func(tx state.Tx) error {
+	recs, err := state.Read(ctx, a.deps, func(tx state.Tx) ([]state.StagingRecord, error) {
 		fleets, err := tx.Fleets()
 		if err != nil {
-			return err
+			return nil, err
 		}
+		var recs []state.StagingRecord
 		for _, f := range fleets {
 			rs, err := tx.Stagings(f.Name)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			recs = append(recs, rs...)
 		}
-		return nil
+		return recs, nil
 	})
 	if err != nil {
 		return fmt.Errorf("load staging reports: %w", err)
