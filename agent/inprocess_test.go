@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -444,10 +445,31 @@ func readDump(t *testing.T, file string) paramDump {
 
 // runReference runs one restart-mode segment of ws workers on loopback,
 // the way torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and
-// waits for all of them to exit 0.
+// waits for all of them to exit 0. The port is picked free and then handed
+// to the workers, so another socket can take it in between (CI saw rank 0
+// fail to bind once); such a segment never started training, so it is run
+// again on a new port, at most three times.
 func runReference(t *testing.T, py, script string, ws int, args []string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempt := 1; ; attempt++ {
+		err := referenceSegment(t, py, script, ws, args)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("reference: attempt %d: %v; again on another port", attempt, err)
+	}
+}
+
+var errPortTaken = errors.New("the master port was taken before rank 0 could bind it")
+
+func referenceSegment(t *testing.T, py, script string, ws int, args []string) error {
+	t.Helper()
+	// The wildcard address, as torch's store binds it: a port free on
+	// 127.0.0.1 alone may be held on another loopback address.
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,6 +477,13 @@ func runReference(t *testing.T, py, script string, ws int, args []string) {
 	ln.Close()
 	cmds := make([]*exec.Cmd, ws)
 	outs := make([]*strings.Builder, ws)
+	killAll := func() {
+		for _, c := range cmds {
+			if c != nil {
+				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	}
 	for r := range ws {
 		c := exec.Command(py, append([]string{"-u", script}, args...)...)
 		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "LOCAL_RANK=0", "WORLD_SIZE="+strconv.Itoa(ws),
@@ -463,31 +492,45 @@ func runReference(t *testing.T, py, script string, ws int, args []string) {
 		c.Stdout, c.Stderr = outs[r], outs[r]
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
+			killAll()
 			t.Fatal(err)
 		}
 		cmds[r] = c
 	}
+	// Reap every rank whatever happens, so a retry starts with none left.
+	dones := make([]chan error, ws)
 	for r, c := range cmds {
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
+		dones[r] = make(chan error, 1)
+		go func() { dones[r] <- c.Wait() }()
+	}
+	defer func() {
+		killAll()
+		for _, d := range dones {
+			<-d
+		}
+	}()
+	for r, c := range cmds {
 		select {
-		case err := <-done:
+		case err := <-dones[r]:
+			dones[r] <- err // for the deferred reap
 			// torch 1.13 has (rarely) aborted in the interpreter's teardown,
 			// after the run was complete and written; that is no wrong result.
 			if err != nil && strings.Contains(outs[r].String(), `"event":"done"`) && c.ProcessState.ExitCode() == -1 {
 				t.Logf("reference rank %d ended with %v after it finished (teardown)", r, err)
 				err = nil
 			}
+			if err != nil && r == 0 && strings.Contains(outs[r].String(), "Address already in use") &&
+				strings.Contains(outs[r].String(), `"what":"join-failed"`) {
+				return fmt.Errorf("reference rank 0 (port %d): %v: %w", port, err, errPortTaken)
+			}
 			if err != nil {
-				t.Fatalf("reference rank %d: %v\n%s", r, err, outs[r])
+				return fmt.Errorf("reference rank %d: %v\n%s", r, err, outs[r])
 			}
 		case <-time.After(120 * time.Second):
-			for _, c := range cmds {
-				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			}
-			t.Fatalf("reference rank %d did not finish\n%s", r, outs[r])
+			return fmt.Errorf("reference rank %d did not finish\n%s", r, outs[r])
 		}
 	}
+	return nil
 }
 
 // TestInProcessModeRestartsUnawareWorkers: in in-process mode, a script

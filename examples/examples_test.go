@@ -211,7 +211,9 @@ func (p *proc) last(t *testing.T, kind string) event {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The wildcard address, as torch's store binds it: a port free on
+	// 127.0.0.1 alone may be held on another loopback address.
+	l, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
