@@ -276,6 +276,7 @@ func (s *supervisor) spawn(cmd *exec.Cmd, out *workerOutput, set *workerSet, w *
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	keepInheritedFromWorkers()
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
