@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/internal/procstat"
-
 	"github.com/fleetd/fleetd/agentwire"
+	"github.com/fleetd/fleetd/internal/freeport"
+	"github.com/fleetd/fleetd/internal/procstat"
 	"github.com/fleetd/fleetd/internal/testutil"
 	"github.com/fleetd/fleetd/interruption"
 	"github.com/fleetd/fleetd/rendezvous"
@@ -77,26 +77,11 @@ func loopbackAddrs(t *testing.T, n int) []string {
 // on every address just now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "0.0.0.0:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		free := base+rendezvous.MasterPortSpan-1 <= 65535
-		for p := base + 1; free && p < base+rendezvous.MasterPortSpan; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
-			if free = err == nil; free {
-				l.Close()
-			}
-		}
-		if free {
-			return base
-		}
+	p, err := freeport.Span(rendezvous.MasterPortSpan)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no range of free ports")
-	return 0
+	return p
 }
 
 type doneReport struct {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/freeport"
 	"github.com/fleetd/fleetd/rendezvous"
 )
 
@@ -446,9 +446,10 @@ func readDump(t *testing.T, file string) paramDump {
 // runReference runs one restart-mode segment of ws workers on loopback,
 // the way torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and
 // waits for all of them to exit 0. The port is picked free and then handed
-// to the workers, so another socket can take it in between (CI saw rank 0
-// fail to bind once); such a segment never started training, so it is run
-// again on a new port, at most three times.
+// to the workers, so another socket can still take it in between (CI saw
+// rank 0 fail to bind once, on a port from the ephemeral range); such a
+// segment never started training, so it is run again on a new port, at
+// most three times.
 func runReference(t *testing.T, py, script string, ws int, args []string) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
@@ -467,14 +468,10 @@ var errPortTaken = errors.New("the master port was taken before rank 0 could bin
 
 func referenceSegment(t *testing.T, py, script string, ws int, args []string) error {
 	t.Helper()
-	// The wildcard address, as torch's store binds it: a port free on
-	// 127.0.0.1 alone may be held on another loopback address.
-	ln, err := net.Listen("tcp", ":0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	cmds := make([]*exec.Cmd, ws)
 	outs := make([]*strings.Builder, ws)
 	killAll := func() {

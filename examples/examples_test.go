@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleetd/internal/freeport"
 	"github.com/fleetd/fleetd/internal/testutil"
 )
 
@@ -211,14 +212,11 @@ func (p *proc) last(t *testing.T, kind string) event {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	// The wildcard address, as torch's store binds it: a port free on
-	// 127.0.0.1 alone may be held on another loopback address.
-	l, err := net.Listen("tcp", ":0")
+	p, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // contractVar reports whether an inherited variable belongs to the worker

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,16 +13,16 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/cluster"
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 func loopbackURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String()
+	return "http://" + addr
 }
 
 // soloCluster starts a cluster test (skipped with -short): the test's

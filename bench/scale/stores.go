@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/fleetd/fleetd/fleet"
 	"github.com/fleetd/fleetd/fleet/cluster"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // benchStores runs the same n-node fleet on the single server's bbolt
@@ -102,10 +102,9 @@ func benchStore(ctx context.Context, r *report.Reporter, p params, store string)
 
 // loopbackURL is an http URL on a free loopback port.
 func loopbackURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return "http://" + ln.Addr().String(), nil
+	return "http://" + addr, nil
 }

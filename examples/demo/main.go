@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 func main() {
@@ -42,15 +42,6 @@ func main() {
 
 func say(format string, args ...any) {
 	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05.0"), fmt.Sprintf(format, args...))
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 type stepLine struct {
@@ -151,7 +142,7 @@ func run(bin, specPath string, steps, interruptAt int, timeout time.Duration) er
 	}
 	defer os.RemoveAll(work)
 	ckpt := filepath.Join(work, "checkpoints")
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return err
 	}

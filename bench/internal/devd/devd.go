@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetd/fleetd/bench/internal/procs"
 	"github.com/fleetd/fleetd/fleet/api"
+	"github.com/fleetd/fleetd/internal/freeport"
 	"github.com/fleetd/fleetd/providers"
 )
 
@@ -32,7 +32,7 @@ type Daemon struct {
 // dir/data and its log in dir/fleetd-daemon.log, reads the address and
 // token it prints, and waits until it answers.
 func Start(ctx context.Context, bin, dir string) (*Daemon, error) {
-	port, err := procs.FreePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetd/fleetd/bench/internal/procs"
 	"github.com/fleetd/fleetd/bench/internal/trargs"
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // RendezvousLine is what a torchrun agent logs (LOGLEVEL=INFO) as it
@@ -63,7 +64,7 @@ type trNode struct {
 
 // NewTorchrun picks the store's port; no agent runs yet.
 func NewTorchrun(cfg TorchrunConfig) (*Torchrun, error) {
-	port, err := procs.FreePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@
 package procs
 
 import (
-	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -100,14 +99,4 @@ func (f *Frozen) KillAll() {
 	for _, sid := range sids {
 		KillSession(sid)
 	}
-}
-
-// FreePort returns a TCP port free on 127.0.0.1 right now.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +26,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // readyTimeout bounds the wait for a cluster to elect a leader; a loaded
@@ -107,11 +108,11 @@ func tryStart(n int, dir string, ownDir bool) (*Cluster, error) {
 	c := &Cluster{dir: dir, ownDir: ownDir}
 	var peers []string
 	for i := range n {
-		cport, err := freePort()
+		cport, err := freeport.Pick()
 		if err != nil {
 			return nil, err
 		}
-		pport, err := freePort()
+		pport, err := freeport.Pick()
 		if err != nil {
 			return nil, err
 		}
@@ -319,15 +320,6 @@ func StopShared() {
 // test's store on a shared cluster.
 func Prefix(name string) string {
 	return "/test/" + strings.NewReplacer("/", "_", " ", "_").Replace(name) + "-" + randHex(4) + "/"
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randHex(n int) string {

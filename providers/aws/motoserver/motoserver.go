@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,6 +42,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // Binary is the executable Start runs, looked up on PATH.
@@ -142,12 +143,11 @@ func start(ctx context.Context, bin string) (*Server, error) {
 
 // freePort returns a loopback TCP port nobody listens on right now.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		return 0, fmt.Errorf("moto: pick a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 // waitReady polls moto's own API until it answers 200.
