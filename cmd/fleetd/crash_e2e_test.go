@@ -133,19 +133,32 @@ func TestCrashDuringScaleUp(t *testing.T) {
 			var det api.FleetDetail
 			// A node killed mid-Create is relaunched only after the 30 s
 			// relaunch delay (its instance may still appear), so the
-			// bound is well above that.
-			waitUntil(t, "3 nodes with instances and exactly 3 node processes", 90*time.Second, func() bool {
-				out, _, code := d2.cli(t, bin, "status", "-json", "crash")
+			// bound is well above that: with the two cores oversubscribed
+			// four times over, the whole wait took up to 69 s.
+			// What the wait saw last, for a timeout to report.
+			var last string
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("last seen: %s", last)
+				}
+			})
+			waitUntil(t, "3 nodes with instances and exactly 3 node processes", 180*time.Second, func() bool {
+				out, errOut, code := d2.cli(t, bin, "status", "-json", "crash")
 				if code != 0 || json.Unmarshal([]byte(out), &det) != nil {
+					last = fmt.Sprintf("status: exit %d: %s", code, strings.TrimSpace(errOut))
 					return false
 				}
 				withInstance := 0
+				var nodes []string
 				for _, n := range det.Nodes {
 					if n.InstanceID != "" && (n.State == "booting" || n.State == "joined" || n.State == "running") {
 						withInstance++
 					}
+					nodes = append(nodes, fmt.Sprintf("%s=%s/%s(%s)", n.ID, n.State, n.InstanceID, n.Reason))
 				}
-				return withInstance == 3 && len(procsMatching("local-node", nodeDir)) == 3
+				procs := procsMatching("local-node", nodeDir)
+				last = fmt.Sprintf("nodes %v; %d node processes %v", nodes, len(procs), procs)
+				return withInstance == 3 && len(procs) == 3
 			})
 			// Stable: nothing more is launched over a few reconcile passes.
 			time.Sleep(2 * time.Second)

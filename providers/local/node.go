@@ -111,6 +111,13 @@ func RunNode(ctx context.Context, dir string) error {
 		_ = srv.Close(sctx)
 	}()
 
+	if os.Getenv(envListenFD) != "" { // started by Create, not by hand
+		if err := awaitAdoption(ctx, st, rec.ID, adoptWait); err != nil {
+			n.log.Error("node powers off before its agent starts", "err", err)
+			n.exited(stopReq{reason: err.Error()})
+			return fmt.Errorf("local node %s: %w", rec.ID, err)
+		}
+	}
 	cmd, agentDone, err := n.startAgent()
 	if err != nil {
 		n.log.Error("agent failed to start", "err", err)
@@ -161,6 +168,41 @@ func nodeListener(rec record) (net.Listener, error) {
 		return nil, err
 	}
 	return net.Listen("tcp", u.Host)
+}
+
+// adoptWait bounds how long a supervisor waits for Create to record it.
+const adoptWait = 60 * time.Second
+
+// awaitAdoption returns once Create has recorded this process as the
+// node's supervisor. Create can only write the pid after the start (and
+// the write ends in an fsync, seconds long on a busy disk); if the
+// launching process dies in between, the record keeps pid 0 and nothing
+// would ever stop this node, so it powers off instead: as soon as the
+// provider's next look marks the pid-less record terminated, or after
+// wait at the latest.
+func awaitAdoption(ctx context.Context, st store, id string, wait time.Duration) error {
+	me := os.Getpid()
+	deadline := time.Now().Add(wait)
+	for {
+		rec, err := st.load(id)
+		switch {
+		case err != nil:
+			return fmt.Errorf("reading its record: %w", err)
+		case rec.PID == me:
+			return nil
+		case !rec.TerminatedAt.IsZero() || rec.Deleted:
+			return errors.New("the instance was terminated before its launch was recorded (the launching process died)")
+		case rec.PID != 0:
+			return fmt.Errorf("the record names another supervisor (pid %d)", rec.PID)
+		case time.Now().After(deadline):
+			return fmt.Errorf("its launch was not recorded within %s (the launching process died)", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func identity(rec record) imdsfake.Identity {
