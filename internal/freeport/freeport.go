@@ -14,11 +14,41 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the bottom of the range drawn from: above the well-known and
 // the commonly configured service ports.
 const lowest = 20000
+
+// handed remembers the ports this process handed out lately, so that two
+// picks in a row (etcd's client and peer ports, three servers' addresses)
+// never give the same port before the first has been bound.
+var handed = struct {
+	sync.Mutex
+	set  map[int]bool
+	ring [1024]int // the order they were handed in; 0 is empty
+	next int
+}{set: map[int]bool{}}
+
+// take reports whether base..base+n-1 were not handed out lately, and if
+// so remembers them as handed now.
+func take(base, n int) bool {
+	handed.Lock()
+	defer handed.Unlock()
+	for p := base; p < base+n; p++ {
+		if handed.set[p] {
+			return false
+		}
+	}
+	for p := base; p < base+n; p++ {
+		delete(handed.set, handed.ring[handed.next])
+		handed.ring[handed.next] = p
+		handed.next = (handed.next + 1) % len(handed.ring)
+		handed.set[p] = true
+	}
+	return true
+}
 
 // rangeFile holds the kernel's ephemeral range, "low<TAB>high".
 var rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -27,7 +57,7 @@ var rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 func Pick() (int, error) { return Span(1) }
 
 // Span returns the first of n consecutive ports that were free on every
-// address just now.
+// address just now and that this process has not handed out lately.
 func Span(n int) (int, error) {
 	if n < 1 {
 		return 0, fmt.Errorf("freeport: a span of %d ports", n)
@@ -41,7 +71,7 @@ func Span(n int) (int, error) {
 	size := hi - lowest
 	start := rand.IntN(size)
 	for i := range size {
-		if base := lowest + (start+i)%size; allFree(base, n) {
+		if base := lowest + (start+i)%size; allFree(base, n) && take(base, n) {
 			return base, nil
 		}
 	}

@@ -29,6 +29,15 @@ func TestSpanIsFreeAndBelowTheEphemeralRange(t *testing.T) {
 	}
 }
 
+// forgetHanded clears what this process handed out, as if it had just
+// started.
+func forgetHanded(t *testing.T) {
+	t.Helper()
+	handed.Lock()
+	defer handed.Unlock()
+	handed.set, handed.ring, handed.next = map[int]bool{}, [1024]int{}, 0
+}
+
 // fakeRange makes the ephemeral range start at low for the test.
 func fakeRange(t *testing.T, low int) {
 	f := filepath.Join(t.TempDir(), "range")
@@ -74,11 +83,15 @@ func TestSpanFindsTheOnlyFreeSpan(t *testing.T) {
 	held[want+1].Close()
 	delete(held, want)
 	delete(held, want+1)
-	for range 5 {
-		if base, err := Span(2); err != nil || base != want {
-			t.Fatalf("Span(2) = %d, %v; want %d (the only free span)", base, err, want)
-		}
+	forgetHanded(t)
+	if base, err := Span(2); err != nil || base != want {
+		t.Fatalf("Span(2) = %d, %v; want %d (the only free span)", base, err, want)
 	}
+	// Handed out and not bound yet: not handed out again.
+	if base, err := Span(2); err == nil || !strings.Contains(err.Error(), "no 2 consecutive free ports") {
+		t.Errorf("second Span(2) = %d, %v; want none (the only free span was just handed out)", base, err)
+	}
+	forgetHanded(t)
 	if base, err := Span(3); err == nil || !strings.Contains(err.Error(), "no 3 consecutive free ports") {
 		t.Errorf("Span(3) = %d, %v; want no span", base, err)
 	}
@@ -91,5 +104,22 @@ func TestSpanErrors(t *testing.T) {
 	fakeRange(t, lowest)
 	if _, err := Span(1); err == nil || !strings.Contains(err.Error(), "no room") {
 		t.Errorf("ephemeral range from %d: %v, want no room", lowest, err)
+	}
+}
+
+// TestPicksInARowDiffer: ports handed out lately are not handed out
+// again, though nobody has bound them yet (random draws from ~12,000
+// ports would repeat within 1,000 picks almost surely).
+func TestPicksInARowDiffer(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 1000 {
+		p, err := Pick()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("pick %d: port %d handed out twice", i, p)
+		}
+		seen[p] = true
 	}
 }
