@@ -20,7 +20,7 @@ func constantMarket(t *testing.T) *sim.Market {
 	}
 	tr := &sim.Trace{Name: "constant", Start: start, Series: []*sim.Series{s}}
 	tr.End = s.End()
-	m, err := sim.NewMarket(tr, sim.Config{Trace: "constant", OnDemandPrice: 3})
+	m, err := sim.NewMarket(tr, sim.Config{Trace: "constant", Instance: sim.Instance{OnDemandPrice: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestRunningBound(t *testing.T) {
 	s := &sim.Series{Key: "z", Meta: sim.Meta{Zone: "zone-a", Region: "r"}, Start: start, Tick: 10 * time.Minute,
 		Avail: []int32{4, 1, 1, 3}, Price: []float64{1, 1, 1, 1}}
 	tr := &sim.Trace{Name: "drop", Start: start, Series: []*sim.Series{s}, End: s.End()}
-	m, err := sim.NewMarket(tr, sim.Config{Trace: "drop", OnDemandPrice: 3, NoticeLead: "2m"})
+	m, err := sim.NewMarket(tr, sim.Config{Trace: "drop", Instance: sim.Instance{OnDemandPrice: 3, NoticeLead: "2m"}})
 	if err != nil {
 		t.Fatal(err)
 	}

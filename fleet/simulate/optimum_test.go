@@ -34,7 +34,7 @@ func randomMarket(t *testing.T, rng *rand.Rand, zones, ticks int) *sim.Market {
 		tr.Series = append(tr.Series, s)
 	}
 	tr.End = tr.Series[0].End()
-	m, err := sim.NewMarket(tr, sim.Config{Trace: "random", OnDemandPrice: 3})
+	m, err := sim.NewMarket(tr, sim.Config{Trace: "random", Instance: sim.Instance{OnDemandPrice: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func shift(t *testing.T, m *sim.Market, start time.Time) *sim.Market {
 		tr.Series = append(tr.Series, &s)
 	}
 	tr.End = tr.Series[0].End()
-	out, err := sim.NewMarket(tr, sim.Config{Trace: "shifted", OnDemandPrice: 3})
+	out, err := sim.NewMarket(tr, sim.Config{Trace: "shifted", Instance: sim.Instance{OnDemandPrice: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,21 +55,16 @@ var Schema = providers.ConfigSchema{Attributes: []providers.Attribute{
 
 // Config is the decoded provider block.
 type Config struct {
-	Trace         string   `json:"trace"`
-	Zones         []string `json:"zones,omitempty"`
-	Cloud         string   `json:"cloud,omitempty"`
-	InstanceType  string   `json:"instance_type,omitempty"`
-	GPUs          int      `json:"gpus,omitempty"`
-	GPUType       string   `json:"gpu_type,omitempty"`
-	VCPUs         int      `json:"vcpus,omitempty"`
-	MemoryGiB     float64  `json:"memory_gib,omitempty"`
-	OnDemandPrice float64  `json:"on_demand_price,omitempty"`
-	SpotPrice     float64  `json:"spot_price,omitempty"`
-	NoticeLead    string   `json:"notice_lead,omitempty"`
-	LaunchLatency string   `json:"launch_latency,omitempty"`
-	Changeover    string   `json:"changeover,omitempty"`
-	Start         string   `json:"start,omitempty"`
-	Speed         float64  `json:"speed,omitempty"`
+	Trace string   `json:"trace"`
+	Zones []string `json:"zones,omitempty"`
+	Cloud string   `json:"cloud,omitempty"`
+	// Instance is for the series whose trace does not say; on_demand_price
+	// and notice_lead override what it says.
+	Instance
+	LaunchLatency string  `json:"launch_latency,omitempty"`
+	Changeover    string  `json:"changeover,omitempty"`
+	Start         string  `json:"start,omitempty"`
+	Speed         float64 `json:"speed,omitempty"`
 	// CapacityScale multiplies the series' spot capacity (0: 1).
 	CapacityScale int `json:"capacity_scale,omitempty"`
 	// The checkpoint fleetd sim restores at every (re)start.

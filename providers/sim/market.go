@@ -52,9 +52,8 @@ func NewMarket(tr *Trace, c Config) (*Market, error) {
 			continue
 		}
 		found[s.Meta.Zone] = true
-		meta := mergeMeta(s.Meta, Meta{Cloud: c.Cloud, InstanceType: c.InstanceType, GPUs: c.GPUs, GPUType: c.GPUType,
-			VCPUs: c.VCPUs, MemoryGiB: c.MemoryGiB, SpotPrice: c.SpotPrice, NoticeLead: c.NoticeLead})
-		meta = mergeMeta(meta, Meta{InstanceType: DefaultInstanceType, GPUs: 1, GPUType: DefaultGPUType, VCPUs: DefaultVCPUs, MemoryGiB: DefaultMemoryGiB})
+		meta := mergeMeta(s.Meta, Meta{Cloud: c.Cloud, Instance: c.Instance})
+		meta = mergeMeta(meta, Meta{Instance: Instance{InstanceType: DefaultInstanceType, GPUs: 1, GPUType: DefaultGPUType, VCPUs: DefaultVCPUs, MemoryGiB: DefaultMemoryGiB}})
 		if c.OnDemandPrice > 0 {
 			meta.OnDemandPrice = c.OnDemandPrice
 		}

@@ -48,9 +48,16 @@ const (
 // Meta is what a trace may say about the offering a series describes.
 // Zero fields are filled from the provider block, then from defaults.
 type Meta struct {
-	Cloud         string  `json:"cloud,omitempty"`
-	Region        string  `json:"region,omitempty"`
-	Zone          string  `json:"zone,omitempty"`
+	Cloud  string `json:"cloud,omitempty"`
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	Instance
+}
+
+// Instance is what a series' instances are and cost. A trace may say it
+// per series (Meta) and the provider block for every series (Config), so
+// both embed it and the block fills what the trace leaves zero.
+type Instance struct {
 	InstanceType  string  `json:"instance_type,omitempty"`
 	GPUs          int     `json:"gpus,omitempty"`
 	GPUType       string  `json:"gpu_type,omitempty"`

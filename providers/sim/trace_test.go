@@ -167,7 +167,7 @@ func TestLoadManifest(t *testing.T) {
 	}
 
 	// Provider block overrides: zones subset, on-demand price; unknown zones fail.
-	m2, err := NewMarket(tr, Config{Trace: "x", Zones: []string{"europe-west4-a"}, OnDemandPrice: 11, NoticeLead: "45s"})
+	m2, err := NewMarket(tr, Config{Trace: "x", Zones: []string{"europe-west4-a"}, Instance: Instance{OnDemandPrice: 11, NoticeLead: "45s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
