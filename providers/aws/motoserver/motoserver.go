@@ -100,9 +100,9 @@ func Start(ctx context.Context) (*Server, error) {
 var errPortTaken = errors.New("port taken")
 
 func start(ctx context.Context, bin string) (*Server, error) {
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("moto: pick a free port: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "fleetd-moto-")
 	if err != nil {
@@ -139,15 +139,6 @@ func start(ctx context.Context, bin string) (*Server, error) {
 		return nil, fmt.Errorf("moto: %w; log tail:\n%s", err, tail)
 	}
 	return s, nil
-}
-
-// freePort returns a loopback TCP port nobody listens on right now.
-func freePort() (int, error) {
-	p, err := freeport.Pick()
-	if err != nil {
-		return 0, fmt.Errorf("moto: pick a free port: %w", err)
-	}
-	return p, nil
 }
 
 // waitReady polls moto's own API until it answers 200.
