@@ -56,7 +56,8 @@ type Meta struct {
 
 // Instance is what a series' instances are and cost. A trace may say it
 // per series (Meta) and the provider block for every series (Config), so
-// both embed it and the block fills what the trace leaves zero.
+// both embed it: the block fills what the trace leaves zero, and its
+// on_demand_price and notice_lead override the trace's (NewMarket).
 type Instance struct {
 	InstanceType  string  `json:"instance_type,omitempty"`
 	GPUs          int     `json:"gpus,omitempty"`
