@@ -10,6 +10,12 @@
 //     before anything acts on it, then the providers are called;
 //  4. launch: the plan's launches, after the pass's decisions are saved.
 //
+// Before the fleets' passes, ReconcileAll runs the daemon-wide part once,
+// when projects or budgets are configured: the pool (allocate.go,
+// ledger.go) brings the budget ledger up to date and asks fleet/allocator
+// how many nodes each fleet gets, which fleets wait and which pause; each
+// pass then reconciles its fleet to that size.
+//
 // Notices (notice.go) enter from any goroutine; the pass of a fleet runs
 // on one goroutine at a time. The controller runs only on the leader (a
 // single server always leads); every write carries the leader term's
@@ -19,6 +25,8 @@
 //
 // Lock order: a fleet's pass lock, then Controller.mu (the fleet table),
 // then a Runtime's mu (what View reads). Neither mutex is held across I/O.
+// The pool's mu comes after Controller.mu and is never held while taking
+// a pass lock or Controller.mu.
 package controller
 
 import (
