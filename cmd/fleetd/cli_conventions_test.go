@@ -77,6 +77,30 @@ func TestHelpPages(t *testing.T) {
 	}
 }
 
+// TestCLIReferenceCoversEveryCommand keeps docs/cli.md's command table in
+// step with the binary: every help topic has a row that starts with it.
+func TestCLIReferenceCoversEveryCommand(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "| `fleetd ") {
+			rows = append(rows, l)
+		}
+	}
+	for _, topic := range helpTopics() {
+		found := false
+		for _, r := range rows {
+			found = found || strings.Contains(r, "`fleetd "+topic+" ") || strings.Contains(r, "`fleetd "+topic+"`")
+		}
+		if !found {
+			t.Errorf("docs/cli.md has no row for `fleetd %s`", topic)
+		}
+	}
+}
+
 func TestHelpListsRealFlags(t *testing.T) {
 	clearClientEnv(t)
 	tests := []struct{ topic, flag string }{
