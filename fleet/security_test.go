@@ -24,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -462,48 +461,10 @@ func TestSecurityRouteTableIsComplete(t *testing.T) {
 	// Subtree mounts that only delegate to muxes whose routes are listed.
 	mounts := map[string]bool{"/": true, "/v1/rendezvous/": true}
 	found := map[string]string{}
-	for _, root := range []string{".", filepath.Join("..", "rendezvous")} {
-		err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if de.IsDir() && de.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			if de.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok || len(call.Args) == 0 {
-					return true
-				}
-				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok || (sel.Sel.Name != "Handle" && sel.Sel.Name != "HandleFunc") {
-					return true
-				}
-				lit, ok := call.Args[0].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					return true
-				}
-				if p, err := strconv.Unquote(lit.Value); err == nil && !mounts[p] {
-					found[p] = fset.Position(lit.Pos()).String()
-				}
-				return true
-			})
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+	for _, r := range sourceRoutes(t) {
+		if !mounts[r.pattern] {
+			found[r.pattern] = r.at
 		}
-	}
-	if len(found) < 10 {
-		t.Fatalf("found only %d routes; the source scan is broken: %v", len(found), found)
 	}
 	listed := map[string]bool{}
 	for _, rc := range securityRoutes() {
