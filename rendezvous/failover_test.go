@@ -2,11 +2,12 @@ package rendezvous
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 func TestFailoverTransport(t *testing.T) {
@@ -20,13 +21,13 @@ func TestFailoverTransport(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	}
-	// A port nothing listens on: connections are refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port nothing listens on: connections are refused. From freeport:
+	// a closed ":0" port can be handed to the servers below.
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + addr
 	b, c := srv("b"), srv("c")
 	tr, err := NewFailoverTransport(nil, []string{dead, b.URL, c.URL})
 	if err != nil {

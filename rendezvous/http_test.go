@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // tokenAuth is a per-node bearer-token authorizer like the daemon's.
@@ -246,12 +248,12 @@ func TestHTTPErrors(t *testing.T) {
 func TestClientRetriesUntilDaemonIsUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Nothing listens yet: the daemon is "restarting". From freeport, so
+	// that no ":0" listener takes the port before the server rebinds it.
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens: the daemon is "restarting"
 
 	svc := configuredService(ctx, t, Options{}, testConfig(1, 2))
 	started := make(chan *http.Server, 1)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleetd/internal/freeport"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -401,12 +402,14 @@ func TestDestroyWaitJSON(t *testing.T) {
 
 func TestConnectionErrorHints(t *testing.T) {
 	clearClientEnv(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port nothing listens on. From freeport, not a closed ":0"
+	// listener: the kernel hands ":0" ports out again, and the TLS server
+	// below (or a parallel test's daemon) took one in CI.
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := "http://" + l.Addr().String()
-	l.Close()
+	closed := "http://" + addr
 	tlsSrv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer tlsSrv.Close()
 	tests := []struct {
@@ -613,9 +616,11 @@ func TestCompletionFleets(t *testing.T) {
 		t.Errorf("exit %d, %q", code, out)
 	}
 	// No daemon: nothing printed, quickly.
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	t.Setenv("FLEETD_ADDR", "http://"+l.Addr().String())
-	l.Close()
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FLEETD_ADDR", "http://"+addr)
 	out, errOut, code := runCmd("completion", "fleets")
 	if code != exitError || out != "" || errOut != "" {
 		t.Errorf("without a daemon: exit %d, %q, %q", code, out, errOut)
