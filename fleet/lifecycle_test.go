@@ -537,6 +537,25 @@ func (lc *lifecycle) settle() {
 func (lc *lifecycle) check() {
 	t := lc.t
 	t.Helper()
+	// The daemons' records first, EC2 after: a daemon may launch (a
+	// replacement for a notice it has only now received) between the two
+	// reads, and an instance recorded before EC2 is read must be in it.
+	type snapshot struct {
+		fleets []state.Fleet
+		nodes  map[string][]state.Node
+	}
+	snaps := make([]snapshot, len(lc.ds))
+	for i, d := range lc.ds {
+		snap := snapshot{nodes: map[string][]state.Node{}}
+		_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
+			snap.fleets, _ = tx.Fleets()
+			for _, f := range snap.fleets {
+				snap.nodes[f.Name], _ = tx.Nodes(f.Name)
+			}
+			return nil
+		})
+		snaps[i] = snap
+	}
 	ec2 := map[string]fakeec2.Instance{}
 	keyOf := map[string]string{} // daemon id → its access key id
 	for _, d := range lc.ds {
@@ -556,16 +575,8 @@ func (lc *lifecycle) check() {
 		}
 	}
 	lc.fig.checks++
-	for _, d := range lc.ds {
-		var fleets []state.Fleet
-		nodes := map[string][]state.Node{}
-		_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
-			fleets, _ = tx.Fleets()
-			for _, f := range fleets {
-				nodes[f.Name], _ = tx.Nodes(f.Name)
-			}
-			return nil
-		})
+	for i, d := range lc.ds {
+		fleets, nodes := snaps[i].fleets, snaps[i].nodes
 		for _, f := range fleets {
 			lc.incs[d.id+"/"+f.Name+"/"+f.Incarnation] = true
 			for _, n := range nodes[f.Name] {
