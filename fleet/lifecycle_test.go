@@ -538,7 +538,7 @@ func (lc *lifecycle) check() {
 	t := lc.t
 	t.Helper()
 	// The daemons' records first, EC2 after: a daemon may launch (a
-	// replacement for a notice it has only now received) between the two
+	// replacement, once it sees a notice or a death) between the two
 	// reads, and an instance recorded before EC2 is read must be in it.
 	type snapshot struct {
 		fleets []state.Fleet
