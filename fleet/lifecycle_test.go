@@ -386,24 +386,28 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 			continue
 		}
 		if _, known := cur[name]; known {
+			alerted := false
 			waitFor(lc.t, "an other-incarnation alert for "+in.ID, 15*time.Second, func() bool {
 				f, err := d.td.client.Fleet(context.Background(), name)
-				return err == nil && slices.ContainsFunc(f.Alerts, func(a api.AlertInfo) bool {
+				alerted = err == nil && slices.ContainsFunc(f.Alerts, func(a api.AlertInfo) bool {
 					return a.Kind == reconcile.AlertOtherIncarnation && a.Subject == in.ID
 				})
+				return alerted || lc.reclaimedByEC2(in.ID)
 			})
-			lc.fig.ops["stray: other-incarnation alert"]++
+			lc.fig.ops[strayOutcome("other-incarnation alert", alerted)]++
 		} else if len(cur) > 0 {
 			// No fleet of that name: the stray scan reports it, through
 			// the provider configuration of the fleets it has (with none,
 			// it has no credentials or region to look with).
+			reported := false
 			waitFor(lc.t, "an instance.stray event for "+in.ID, 15*time.Second, func() bool {
 				evs, err := d.td.client.Events(context.Background(), 0, 0, 0)
-				return err == nil && slices.ContainsFunc(evs.Events, func(e state.Event) bool {
+				reported = err == nil && slices.ContainsFunc(evs.Events, func(e state.Event) bool {
 					return e.Type == "instance.stray" && e.Data["instance"] == in.ID
 				})
+				return reported || lc.reclaimedByEC2(in.ID)
 			})
-			lc.fig.ops["stray: instance.stray event"]++
+			lc.fig.ops[strayOutcome("instance.stray event", reported)]++
 		} else {
 			lc.fig.ops["stray: unseen (no fleet to look with)"]++
 		}
@@ -412,6 +416,25 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 		}
 
 	}
+}
+
+// reclaimedByEC2 reports whether EC2 itself ended instance id (a spot
+// notice's deadline passed), not an API call: a stray under a notice may
+// be gone before the daemon looks, and one on its way out is nothing for
+// an operator to delete, so the daemon rightly says nothing of it. One
+// the daemon terminated (TerminatedBy set) does not count.
+func (lc *lifecycle) reclaimedByEC2(id string) bool {
+	return slices.ContainsFunc(lc.ec2.Instances(), func(in fakeec2.Instance) bool {
+		return in.ID == id && in.TerminatedBy == "" && (in.State == "shutting-down" || in.State == "terminated")
+	})
+}
+
+// strayOutcome names how a stray step ended, for the figures.
+func strayOutcome(what string, seen bool) string {
+	if seen {
+		return "stray: " + what
+	}
+	return "stray: reclaimed by EC2 before the daemon looked"
 }
 
 func (lc *lifecycle) apply(d *lcDaemon, name string, size int) error {
