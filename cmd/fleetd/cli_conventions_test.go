@@ -9,18 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/fleetd/fleetd/internal/freeport"
-
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fleetd/fleetd/fleet/api"
 	"github.com/fleetd/fleetd/fleet/state"
+	"github.com/fleetd/fleetd/internal/freeport"
 )
 
 // clearClientEnv keeps the CLI's flag defaults (shown in help) independent
@@ -92,11 +92,9 @@ func TestCLIReferenceCoversEveryCommand(t *testing.T) {
 		}
 	}
 	for _, topic := range helpTopics() {
-		found := false
-		for _, r := range rows {
-			found = found || strings.Contains(r, "`fleetd "+topic+" ") || strings.Contains(r, "`fleetd "+topic+"`")
-		}
-		if !found {
+		if !slices.ContainsFunc(rows, func(r string) bool {
+			return strings.Contains(r, "`fleetd "+topic+" ") || strings.Contains(r, "`fleetd "+topic+"`")
+		}) {
 			t.Errorf("docs/cli.md has no row for `fleetd %s`", topic)
 		}
 	}
