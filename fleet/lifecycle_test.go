@@ -29,7 +29,7 @@ import (
 // send a spot notice — run by two daemons sharing one fake EC2 account
 // (which honours ClientToken) with fleets of the same names. After every
 // step, once the daemons have settled, the invariants of fleet identity
-// must hold (see checkLifecycle). A failure prints the seed and the steps
+// must hold (see lifecycle.check). A failure prints the seed and the steps
 // so far; -lifecycle.seed=S -lifecycle.seqs=1 replays it.
 var (
 	lifecycleSeqs  = flag.Int("lifecycle.seqs", 0, "lifecycle model test: sequences (0: 3, or 12 with FLEETD_CHAOS_LONG=1)")
@@ -182,7 +182,11 @@ func runLifecycle(t *testing.T, seed uint64, steps int, withHA bool) lifecycleFi
 		// the orphan grace: short, so a step settles in seconds.
 		// A restart can cancel a Delete in flight; the node then waits
 		// terminate_retry (1 min by default) for the next: short here.
-		params:  reconcile.Params{OrphanGrace: time.Second, TerminateRetry: 2 * time.Second},
+		// A restored node may hold an instance destroyed since the
+		// backup; the fake lists launches at once, so the grace for one
+		// missing from the list (a minute by default) can be short too.
+		params: reconcile.Params{OrphanGrace: time.Second, TerminateRetry: 2 * time.Second,
+			VisibilityGrace: time.Second},
 		nodeInc: map[string]string{}, nodeBorn: map[string]time.Time{}, incs: map[string]bool{},
 		spend: map[string]float64{}, instances: map[string]bool{},
 		fig: lifecycleFigures{ops: map[string]int{}}}
@@ -485,8 +489,20 @@ func (lc *lifecycle) fleets(d *lcDaemon) []string {
 // settled reports whether every daemon has reached what it was asked
 // for: each fleet at its size with launched instances and nothing in
 // flight, destroyed fleets gone, and every live instance accounted for
-// by a node record of its own daemon and incarnation.
+// by a node record of its own daemon and incarnation. Nothing may be
+// left for a daemon to react to: no instance under a spot notice (EC2
+// reclaims it at the notice's deadline) and no node holding an instance
+// EC2 has ended, so no replacement launch can follow.
 func (lc *lifecycle) settled() (bool, string) {
+	// EC2 first: a node recorded after this read may hold an instance
+	// launched after it, which only delays settling by a poll.
+	live := map[string]fakeec2.Instance{}
+	for _, in := range lc.ec2.Live() {
+		if in.SpotRequestStatus == "marked-for-termination" {
+			return false, fmt.Sprintf("instance %s is under a spot notice", in.ID)
+		}
+		live[in.ID] = in
+	}
 	recorded := map[string]bool{}
 	for _, d := range lc.ds {
 		var fleets []state.Fleet
@@ -518,10 +534,14 @@ func (lc *lifecycle) settled() (bool, string) {
 			for _, n := range nodes[f.Name] {
 				switch n.State {
 				case state.NodeBooting:
-					if n.InstanceID != "" {
-						up++
-						recorded[n.InstanceID] = true
+					if n.InstanceID == "" {
+						break
 					}
+					if _, ok := live[n.InstanceID]; !ok {
+						return false, fmt.Sprintf("daemon %s: node %s holds instance %s, which is not live", d.name, n.ID, n.InstanceID)
+					}
+					up++
+					recorded[n.InstanceID] = true
 				case state.NodeRequested, state.NodeProvisioning, state.NodeDraining, state.NodeTerminating:
 					return false, fmt.Sprintf("daemon %s: node %s %s", d.name, n.ID, n.State)
 				}
@@ -533,9 +553,9 @@ func (lc *lifecycle) settled() (bool, string) {
 			}
 		}
 	}
-	for _, in := range lc.ec2.Live() {
-		if !recorded[in.ID] {
-			return false, fmt.Sprintf("instance %s (%v) is live but no booting node holds it", in.ID, in.Tags)
+	for id, in := range live {
+		if !recorded[id] {
+			return false, fmt.Sprintf("instance %s (%v) is live but no booting node holds it", id, in.Tags)
 		}
 	}
 	return true, ""
