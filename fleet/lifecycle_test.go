@@ -374,7 +374,8 @@ func (lc *lifecycle) step() string {
 // touches an incarnation it does not own. It must name each such instance:
 // in an other-incarnation alert where the fleet name still exists, in an
 // instance.stray event where it does not. The operator then deletes them
-// by hand (as docs/security.md says).
+// by hand (as docs/security.md says). None is under a spot notice: the
+// last step settled, so EC2 cannot take one away before the daemon looks.
 func (lc *lifecycle) clearStrays(d *lcDaemon) {
 	cur := map[string]string{}
 	_ = d.td.Store().View(context.Background(), func(tx state.Tx) error {
@@ -390,28 +391,24 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 			continue
 		}
 		if _, known := cur[name]; known {
-			alerted := false
 			waitFor(lc.t, "an other-incarnation alert for "+in.ID, 15*time.Second, func() bool {
 				f, err := d.td.client.Fleet(context.Background(), name)
-				alerted = err == nil && slices.ContainsFunc(f.Alerts, func(a api.AlertInfo) bool {
+				return err == nil && slices.ContainsFunc(f.Alerts, func(a api.AlertInfo) bool {
 					return a.Kind == reconcile.AlertOtherIncarnation && a.Subject == in.ID
 				})
-				return alerted || lc.reclaimedByEC2(in.ID)
 			})
-			lc.fig.ops[strayOutcome("other-incarnation alert", alerted)]++
+			lc.fig.ops["stray: other-incarnation alert"]++
 		} else if len(cur) > 0 {
 			// No fleet of that name: the stray scan reports it, through
 			// the provider configuration of the fleets it has (with none,
 			// it has no credentials or region to look with).
-			reported := false
 			waitFor(lc.t, "an instance.stray event for "+in.ID, 15*time.Second, func() bool {
 				evs, err := d.td.client.Events(context.Background(), 0, 0, 0)
-				reported = err == nil && slices.ContainsFunc(evs.Events, func(e state.Event) bool {
+				return err == nil && slices.ContainsFunc(evs.Events, func(e state.Event) bool {
 					return e.Type == "instance.stray" && e.Data["instance"] == in.ID
 				})
-				return reported || lc.reclaimedByEC2(in.ID)
 			})
-			lc.fig.ops[strayOutcome("instance.stray event", reported)]++
+			lc.fig.ops["stray: instance.stray event"]++
 		} else {
 			lc.fig.ops["stray: unseen (no fleet to look with)"]++
 		}
@@ -420,25 +417,6 @@ func (lc *lifecycle) clearStrays(d *lcDaemon) {
 		}
 
 	}
-}
-
-// reclaimedByEC2 reports whether EC2 itself ended instance id (a spot
-// notice's deadline passed), not an API call: a stray under a notice may
-// be gone before the daemon looks, and one on its way out is nothing for
-// an operator to delete, so the daemon rightly says nothing of it. One
-// the daemon terminated (TerminatedBy set) does not count.
-func (lc *lifecycle) reclaimedByEC2(id string) bool {
-	return slices.ContainsFunc(lc.ec2.Instances(), func(in fakeec2.Instance) bool {
-		return in.ID == id && in.TerminatedBy == "" && (in.State == "shutting-down" || in.State == "terminated")
-	})
-}
-
-// strayOutcome names how a stray step ended, for the figures.
-func strayOutcome(what string, seen bool) string {
-	if seen {
-		return "stray: " + what
-	}
-	return "stray: reclaimed by EC2 before the daemon looked"
 }
 
 func (lc *lifecycle) apply(d *lcDaemon, name string, size int) error {
@@ -580,9 +558,10 @@ func (lc *lifecycle) settle() {
 func (lc *lifecycle) check() {
 	t := lc.t
 	t.Helper()
-	// The daemons' records first, EC2 after: a daemon may launch (a
-	// replacement, once it sees a notice or a death) between the two
-	// reads, and an instance recorded before EC2 is read must be in it.
+	// The daemons' records first, EC2 after: an instance a daemon has
+	// recorded is then in EC2's list even if a launch slips in between
+	// the two reads (settle leaves no notice or death to launch for, but
+	// this check should not depend on that).
 	type snapshot struct {
 		fleets []state.Fleet
 		nodes  map[string][]state.Node
