@@ -225,6 +225,9 @@ func TestPartitionAgentsFromDaemon(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			t.Logf("daemon log tail:\n%s", chaosTail(d.logPath, 60))
+			// The daemon logs little at info; its events say why a node came or went.
+			out, errOut, _ := d.run("events", "-fleet", "part")
+			t.Logf("events:\n%s%s", out, errOut)
 		}
 	}()
 	if out, errOut, code := d.run("apply", "-auto-approve", specFile); code != 0 {
@@ -300,7 +303,11 @@ func TestPartitionAgentsFromDaemon(t *testing.T) {
 			after[nodeKey{n.ID, n.InstanceID}] = true
 		}
 		if len(after) != len(before) {
-			t.Fatalf("cut %d: node records changed: before %v, after %v", i+1, before, after)
+			var states []string
+			for _, n := range det.Nodes {
+				states = append(states, fmt.Sprintf("%s %s %s (%s)", n.ID, n.InstanceID, n.State, n.Reason))
+			}
+			t.Fatalf("cut %d: node records changed: before %v, after %v; now %v", i+1, before, after, states)
 		}
 		for k := range before {
 			if !after[k] {

@@ -4,6 +4,8 @@
 //
 //  1. observe (observe.go): the fleet's providers' instances and offerings,
 //     the rendezvous membership, heartbeat silence and interruption notices;
+//     a fleet whose record changed since it was read (a job that finished
+//     or a destroy that began during the listing) is left to the next pass;
 //  2. decide: the goodput autoscaler's size (scale.go), then the pure
 //     reconciler (fleet/reconcile) turns all of it into a plan;
 //  3. perform (perform.go): every node change of the plan is persisted

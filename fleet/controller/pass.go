@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -69,6 +70,16 @@ func (c *Controller) Reconcile(ctx context.Context, f state.Fleet) error {
 		Joined: map[string]bool{}, InRound: map[string]bool{}, Params: c.opts.Params}
 	in.Move = c.opts.MoveCost(fl)
 	c.observe(ctx, f, &rt.market, &in)
+	// f was read before the listing. A job that finished meanwhile has its
+	// agents power their VMs off, and a destroy that began meanwhile ends
+	// nodes: judged by the old record, those would be losses, replaced by
+	// new launches. If the record moved on, the next pass decides.
+	if moved, err := fleetMoved(ctx, c.store, f); err != nil || moved {
+		if moved {
+			c.Kick()
+		}
+		return err
+	}
 
 	// Membership as the rendezvous sees it; heartbeat silence is a notice.
 	// Nodes recorded joined or running need not be in in.Joined: the
@@ -143,6 +154,20 @@ func (c *Controller) Reconcile(ctx context.Context, f state.Fleet) error {
 		return c.finishDestroy(ctx, f.Name, in)
 	}
 	return nil
+}
+
+// fleetMoved reports whether f's record has changed in what a pass decides
+// by (finished, destroying, its spec, its incarnation) or is gone.
+func fleetMoved(ctx context.Context, st Store, f state.Fleet) (bool, error) {
+	cur, err := state.Read(ctx, st, func(tx state.Tx) (state.Fleet, error) { return tx.Fleet(f.Name) })
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return cur.Completed != f.Completed || cur.Destroying != f.Destroying ||
+		cur.Generation != f.Generation || cur.Incarnation != f.Incarnation, nil
 }
 
 // liveNotices drops the notices whose nodes ended (a notice lives while

@@ -3,11 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetd/fleetd/fleet/autoscale"
+	"github.com/fleetd/fleetd/fleet/reconcile"
 	"github.com/fleetd/fleetd/fleet/spec"
 	"github.com/fleetd/fleetd/fleet/spec/spectest"
 	"github.com/fleetd/fleetd/fleet/state"
@@ -84,6 +86,28 @@ func nodesOf(t *testing.T, st state.Store, fleet string) []state.Node {
 	return statetest.Nodes(t, st, fleet)
 }
 
+// passController is a controller over st and mem with the fleet "train"
+// (passSpec) stored, and its pass: the clock moves 20 s, then ReconcileAll
+// (drains and launches take passes and time, as they do in a daemon).
+// opts adds to the handles it sets.
+func passController(t *testing.T, st Store, mem *providertest.MemProvider, rec *countingRecorder, clock *time.Time, opts Options) (*Controller, func()) {
+	t.Helper()
+	opts.Store, opts.Providers, opts.Specs, opts.Recorder, opts.Boot = st, memProviders{mem}, parsedSpecs{}, rec, fixedBoot{}
+	opts.DaemonID, opts.StartedAt, opts.Now = "d-test", *clock, func() time.Time { return *clock }
+	c := New(opts)
+	ctx := context.Background()
+	if err := st.Update(ctx, func(tx state.Tx) error {
+		_, err := tx.PutFleet(state.Fleet{Name: "train", Filename: "train.hcl", Source: []byte(passSpec)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c, func() {
+		*clock = clock.Add(20 * time.Second)
+		c.ReconcileAll(ctx)
+	}
+}
+
 // TestControllerPassLifecycle drives the controller alone, over the
 // in-memory provider and store: a fleet is launched to its size, a notice
 // drains a node and launches its replacement, the runtime survives a new
@@ -95,22 +119,8 @@ func TestControllerPassLifecycle(t *testing.T) {
 	mem := providertest.NewMemProvider()
 	rec := &countingRecorder{}
 	var destroyed []string
-	// The clock moves 20 s per pass: drains and launches take passes and
-	// time, as they do in a daemon.
 	clock := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	now := func() time.Time { return clock }
-	c := New(Options{Store: st, Providers: memProviders{mem}, Specs: parsedSpecs{}, Recorder: rec, Boot: fixedBoot{},
-		Destroyed: func(f string) { destroyed = append(destroyed, f) }, DaemonID: "d-test", StartedAt: clock, Now: now})
-	if err := st.Update(ctx, func(tx state.Tx) error {
-		_, err := tx.PutFleet(state.Fleet{Name: "train", Filename: "train.hcl", Source: []byte(passSpec)})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	pass := func() {
-		clock = clock.Add(20 * time.Second)
-		c.ReconcileAll(ctx)
-	}
+	c, pass := passController(t, st, mem, rec, &clock, Options{Destroyed: func(f string) { destroyed = append(destroyed, f) }})
 
 	pass()
 	nodes := nodesOf(t, st, "train")
@@ -190,5 +200,74 @@ func TestControllerPassLifecycle(t *testing.T) {
 		return err
 	}); err == nil {
 		t.Error("the destroyed fleet's record is still in the store")
+	}
+}
+
+// TestPassLeavesAFleetThatFinishedDuringItToTheNext: a pass reads the
+// fleet record, then lists the instances. A job that finishes in between
+// (the store says completed, then the agents power their VMs off, before
+// the listing) must not read as nodes lost without notice, replaced by new
+// launches: the pass sees that the record moved on and leaves the decision
+// to the next one, which ends the nodes as a finished job's.
+func TestPassLeavesAFleetThatFinishedDuringItToTheNext(t *testing.T) {
+	st := state.NewMemory()
+	mem := providertest.NewMemProvider()
+	rec := &countingRecorder{}
+	// The memory store stamps records with the wall clock: the pass clock
+	// starts there. With a one-second visibility grace an instance missing
+	// from the list is a loss at the next pass, as for a running node.
+	clock := time.Now().UTC()
+	_, pass := passController(t, st, mem, rec, &clock, Options{Params: reconcile.Params{VisibilityGrace: time.Second}})
+	pass()
+	nodes := nodesOf(t, st, "train")
+	if len(nodes) != 3 {
+		t.Fatalf("after the first pass: %d node records; want 3", len(nodes))
+	}
+
+	var once sync.Once
+	mem.SetHook(func(ctx context.Context, op providertest.Op, cfg providers.Config) error {
+		if op != providertest.OpList {
+			return nil
+		}
+		once.Do(func() {
+			if err := st.Update(ctx, func(tx state.Tx) error {
+				f, err := tx.Fleet("train")
+				if err != nil {
+					return err
+				}
+				f.Completed, f.Succeeded = true, true
+				_, err = tx.PutFleet(f)
+				return err
+			}); err != nil {
+				t.Error(err)
+			}
+			for _, n := range nodes {
+				if err := mem.Delete(ctx, cfg, n.InstanceID); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		return nil
+	})
+	pass()
+	mem.SetHook(nil)
+	if got := nodesOf(t, st, "train"); len(got) != 3 || rec.count("mem/create") != 3 {
+		t.Fatalf("the pass during which the job finished left %d node records after %d creates; want 3 and 3 (no replacements): %+v",
+			len(got), rec.count("mem/create"), got)
+	}
+	for _, n := range nodesOf(t, st, "train") {
+		if n.State == state.NodeFailed {
+			t.Errorf("node %s failed (%s); a finished job's node is not lost", n.ID, n.Reason)
+		}
+	}
+
+	pass()
+	for _, n := range nodesOf(t, st, "train") {
+		if n.State != state.NodeTerminated || !strings.Contains(n.Reason, "job finished") {
+			t.Errorf("node %s after the next pass: %s (%s); want terminated as the job finished", n.ID, n.State, n.Reason)
+		}
+	}
+	if rec.count("mem/create") != 3 {
+		t.Errorf("%d creates in all; want the first 3 only", rec.count("mem/create"))
 	}
 }
