@@ -50,6 +50,11 @@ func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...str
 				_ = cmd.Process.Kill()
 				<-done
 			}
+			// Killed, a dev daemon leaves its local nodes (a stop ends
+			// them): they go now, after it, so nothing replaces them.
+			if dataDir != "" {
+				killAll("local-node", filepath.Join(dataDir, "local"))
+			}
 			if t.Failed() {
 				t.Logf("daemon log (tail):\n%s", tail(logs.String(), 60))
 			}

@@ -33,6 +33,10 @@ func TestHAChaos(t *testing.T) {
 		fmt.Sscan(v, &rounds)
 	}
 	bin := fleetdBinary(t)
+	// Before the servers: the nodes are killed after the servers stopped,
+	// or a live server would replace them.
+	nodeDir := t.TempDir()
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	servers := startHACluster(t, bin)
 	var token string
 	waitUntil(t, "the cluster up", 90*time.Second, func() bool {
@@ -68,8 +72,6 @@ func TestHAChaos(t *testing.T) {
 		}
 		return out.String(), 0
 	}
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	specFile := filepath.Join(t.TempDir(), "ha.hcl")
 	writeSpec := func(desired int) {
 		spec := fmt.Sprintf(`

@@ -167,6 +167,10 @@ func TestHAThreeServers(t *testing.T) {
 		t.Skip("runs three daemons with embedded etcd")
 	}
 	bin := fleetdBinary(t)
+	// Registered before the servers start, so it runs after they stopped:
+	// a server still up would replace the killed nodes.
+	nodeDir := t.TempDir()
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	servers := startHACluster(t, bin)
 	var token string
 	waitUntil(t, "the three servers up with one shared token", 60*time.Second, func() bool {
@@ -196,8 +200,6 @@ func TestHAThreeServers(t *testing.T) {
 	cli := func(addrs string, args ...string) (string, string, int) {
 		return runFleetd(t, bin, addrs, token, args...)
 	}
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	specFile := writeHASpec(t, "ha", nodeDir)
 	// Applied through a follower: it forwards to the leader.
 	if out, errOut, code := cli(followers[0].url, "apply", "-auto-approve", specFile); code != 0 {

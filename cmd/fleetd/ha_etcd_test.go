@@ -30,6 +30,10 @@ func TestHAExternalEtcdMemberLoss(t *testing.T) {
 	for i, e := range eps {
 		quoted[i] = fmt.Sprintf("%q", e)
 	}
+	// Before the servers: the nodes are killed after the servers stopped,
+	// or a live server would replace them.
+	nodeDir := t.TempDir()
+	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	servers := []*haServer{}
 	for _, n := range []string{"a", "b"} {
 		s := newHAServer(t, n)
@@ -55,8 +59,6 @@ func TestHAExternalEtcdMemberLoss(t *testing.T) {
 	leader := func() string { return leaderOf(servers, token) }
 	waitUntil(t, "a fleetd leader", 30*time.Second, func() bool { return leader() != "" })
 
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	specFile := writeHASpec(t, "ext", nodeDir)
 	if out, errOut, code := runFleetd(t, bin, addrs, token, "apply", "-auto-approve", specFile); code != 0 {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, out, errOut)

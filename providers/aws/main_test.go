@@ -22,9 +22,13 @@ const testAccessKey = "AKIAFLEETDTEST000001"
 
 // TestMain pins the SDK's credential chain to static keys and keeps it off
 // the instance metadata service and the user's ~/.aws, so no test request
-// ever leaves loopback; the plugin subprocess (FLEETD_TEST_PLUGIN=aws)
-// inherits the same environment.
+// ever leaves loopback.
 func TestMain(m *testing.M) {
+	// A plugin subprocess runs with the test's environment, already pinned;
+	// it serves and exits here, without a directory of its own to leave.
+	providertest.ServePluginIfRequested(map[string]func() providers.Provider{
+		aws.Name: func() providers.Provider { return aws.New(testOptions()) },
+	})
 	dir, err := os.MkdirTemp("", "fleetd-aws-test")
 	if err != nil {
 		panic(err)
@@ -43,9 +47,6 @@ func TestMain(m *testing.M) {
 		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"} {
 		os.Unsetenv(k)
 	}
-	providertest.ServePluginIfRequested(map[string]func() providers.Provider{
-		aws.Name: func() providers.Provider { return aws.New(testOptions()) },
-	})
 	code := m.Run()
 	if err := motoserver.CloseShared(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
