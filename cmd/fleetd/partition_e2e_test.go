@@ -200,7 +200,10 @@ func TestPartitionAgentsFromDaemon(t *testing.T) {
 	steps := 300
 	if chaosLong() {
 		cuts = []time.Duration{4 * time.Second, 2 * time.Second, 4 * time.Second, deadAfter + 6*time.Second}
-		steps = 900
+		// The job must outlast every cut (56 s at up to 20 steps a second,
+		// the spans before them included): a job that finishes during the
+		// long cut would leave nothing to drop and re-join.
+		steps = 1500
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	work := t.TempDir()
@@ -297,6 +300,10 @@ func TestPartitionAgentsFromDaemon(t *testing.T) {
 			return back == 3 && r != nil && r.State == "closed" && r.WorldSize == 3
 		})
 		t.Logf("cut %d: converged %.1fs after the heal (round %d → %d)", i+1, time.Since(healAt).Seconds(), round, det.Rendezvous.Round)
+		if !short && (det.Completed || det.Rendezvous.Round == round) {
+			t.Fatalf("cut %d (%s > dead_after %s): job finished %v, round %d → %d; want the members dropped and re-joined while the job trains",
+				i+1, cut, deadAfter, det.Completed, round, det.Rendezvous.Round)
+		}
 		// No node replaced: the same node records with the same instances.
 		after := map[nodeKey]bool{}
 		for _, n := range det.Nodes {
