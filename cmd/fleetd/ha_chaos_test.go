@@ -33,10 +33,7 @@ func TestHAChaos(t *testing.T) {
 		fmt.Sscan(v, &rounds)
 	}
 	bin := fleetdBinary(t)
-	// Before the servers: the nodes are killed after the servers stopped,
-	// or a live server would replace them.
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	nodeDir := haNodeDir(t)
 	servers := startHACluster(t, bin)
 	var token string
 	waitUntil(t, "the cluster up", 90*time.Second, func() bool {

@@ -81,6 +81,16 @@ func stopOnCleanup(t *testing.T, servers []*haServer, tailLines int) {
 	})
 }
 
+// haNodeDir is the local provider's state dir for an HA test's nodes. Take
+// it before starting the servers: its cleanup, which kills the nodes, then
+// runs after theirs (a server still up would replace the killed nodes).
+func haNodeDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() { killAll("local-node", dir) })
+	return dir
+}
+
 // startHACluster writes three daemon configs (servers a, b, c with
 // embedded etcd, the default session TTL 3s) and starts them.
 func startHACluster(t *testing.T, bin string) []*haServer {
@@ -167,10 +177,7 @@ func TestHAThreeServers(t *testing.T) {
 		t.Skip("runs three daemons with embedded etcd")
 	}
 	bin := fleetdBinary(t)
-	// Registered before the servers start, so it runs after they stopped:
-	// a server still up would replace the killed nodes.
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	nodeDir := haNodeDir(t)
 	servers := startHACluster(t, bin)
 	var token string
 	waitUntil(t, "the three servers up with one shared token", 60*time.Second, func() bool {

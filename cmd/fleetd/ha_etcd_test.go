@@ -30,10 +30,7 @@ func TestHAExternalEtcdMemberLoss(t *testing.T) {
 	for i, e := range eps {
 		quoted[i] = fmt.Sprintf("%q", e)
 	}
-	// Before the servers: the nodes are killed after the servers stopped,
-	// or a live server would replace them.
-	nodeDir := t.TempDir()
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
+	nodeDir := haNodeDir(t)
 	servers := []*haServer{}
 	for _, n := range []string{"a", "b"} {
 		s := newHAServer(t, n)
