@@ -121,7 +121,7 @@ func TestCheckpointsTravel(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", motoserver.SecretAccessKey)
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	dataDir := t.TempDir()
-	nodeDir := localNodeDir(t, dataDir)
+	nodeDir := localNodeDir(dataDir)
 	spec := checkpointSpec(filepath.Join(repo, "examples", "trainer", "train.py"), "s3://ckpt/runs/travel"+params, "s3://no-such-bucket/p"+params)
 	d := startApplied(t, bin, dataDir, "travel", spec)
 	defer d.stop(t)

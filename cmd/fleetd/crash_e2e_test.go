@@ -83,8 +83,7 @@ func TestCrashDuringScaleUp(t *testing.T) {
 	for _, killAfter := range []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond, 1200 * time.Millisecond} {
 		t.Run(killAfter.String(), func(t *testing.T) {
 			dataDir := t.TempDir()
-			nodeDir := filepath.Join(dataDir, "local")
-			t.Cleanup(func() { killAll("local-node", nodeDir) })
+			nodeDir := localNodeDir(dataDir)
 			specFile := filepath.Join(t.TempDir(), "crash.hcl")
 			if err := os.WriteFile(specFile, []byte(crashSpec), 0o644); err != nil {
 				t.Fatal(err)

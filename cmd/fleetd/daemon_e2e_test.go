@@ -106,13 +106,9 @@ func (f localFleet) hcl() string {
 	return s + "}\n"
 }
 
-// localNodeDir is dataDir's local provider directory; the node processes
-// under it are killed when t ends, even after a failure half-way.
-func localNodeDir(t *testing.T, dataDir string) string {
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
-	return nodeDir
-}
+// localNodeDir is a dev daemon's local provider directory under dataDir;
+// startDevDaemonIn kills the node processes there when t ends.
+func localNodeDir(dataDir string) string { return filepath.Join(dataDir, "local") }
 
 func (d *devDaemon) stop(t *testing.T) {
 	t.Helper()

@@ -51,9 +51,10 @@ func startDevDaemonIn(t *testing.T, bin, dir, dataDir, addr string, extra ...str
 				<-done
 			}
 			// Killed, a dev daemon leaves its local nodes (a stop ends
-			// them): they go now, after it, so nothing replaces them.
+			// them): they go now, after it, so nothing replaces them,
+			// even after a failure half-way.
 			if dataDir != "" {
-				killAll("local-node", filepath.Join(dataDir, "local"))
+				killAll("local-node", localNodeDir(dataDir))
 			}
 			if t.Failed() {
 				t.Logf("daemon log (tail):\n%s", tail(logs.String(), 60))
@@ -173,8 +174,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	d := startDevDaemonIn(t, bin, root, dataDir, freeAddr(t))
 	spec := filepath.Join(root, "configs", "examples", "local.hcl")
 	if out, errOut, code := d.cli(t, bin, "apply", "-auto-approve", "-var", "steps=100000", "-var", "checkpoint_dir="+t.TempDir(), spec); code != 0 {

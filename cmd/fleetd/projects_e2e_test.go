@@ -125,8 +125,6 @@ func e2eDaemon(t *testing.T, bin, config string) (*devDaemon, string, string) {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
-	nodeDir := filepath.Join(dataDir, "local")
-	t.Cleanup(func() { killAll("local-node", nodeDir) })
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "daemon.hcl")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {

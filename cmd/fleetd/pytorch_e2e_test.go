@@ -111,7 +111,7 @@ func TestPyTorchFleetSurvivesInterruptions(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
-	nodeDir := localNodeDir(t, dataDir)
+	nodeDir := localNodeDir(dataDir)
 	const steps = 500
 	d := startApplied(t, bin, dataDir, "ddp", pytorchSpec(repo, ckpt, steps))
 	defer d.stop(t)
